@@ -1,0 +1,147 @@
+"""Model arguments, the flavour table and the FLOP counter of the BOOST LLaMA family."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from torch import nn
+from torchtitan.protocols.model import BaseModelArgs
+
+LINEAR_KINDS = ("full", "svd", "cola", "lax")
+
+# DESIGN §1: (dim, n_layers, n_heads, n_kv_heads, ffn_dim); rank defaults to dim // 4.
+FLAVOURS: dict[str, tuple[int, int, int, int, int]] = {
+    "debug": (256, 4, 8, 4, 704),
+    "60M": (512, 8, 8, 8, 1376),
+    "130M": (768, 12, 12, 12, 2048),
+    "350M": (1024, 24, 16, 16, 2736),
+    "1B": (2048, 24, 32, 32, 5472),
+    "3B": (3072, 28, 24, 24, 8192),
+    "7B": (4096, 32, 32, 32, 11008),
+    "13B": (5120, 40, 40, 40, 13824),
+    "30B": (8192, 36, 64, 64, 22016),
+}
+
+
+@dataclass
+class ModelArgs(BaseModelArgs):
+    """Shape and kind of a BOOST decoder. Field names follow torchtitan's llama3 ``TransformerModelArgs``.
+
+    Example::
+
+        >>> args = ModelArgs.from_flavour("debug", linear="cola", vocab_size=2048)
+        >>> (args.dim, args.rank, args.head_dim)
+        (256, 64, 32)
+    """
+
+    dim: int = 256
+    n_layers: int = 4
+    n_heads: int = 8
+    n_kv_heads: int | None = None
+    vocab_size: int = 2048
+    ffn_dim: int = 704
+    norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    max_seq_len: int = 2048
+
+    linear: str = "cola"
+    rank: int = 64
+    group_linears: bool = True
+    # CoLA's "only low-rank activation": the MLP is down(gate(x) * up(x)) with no full-width SiLU,
+    # because gate's latent already went through σ. The svd kind keeps SwiGLU's SiLU.
+    only_lr_act: bool = True
+    tie_embeddings: bool = False
+
+    @classmethod
+    def from_flavour(cls, flavour: str, linear: str = "cola", vocab_size: int = 2048, **overrides) -> ModelArgs:
+        if flavour not in FLAVOURS:
+            raise ValueError(f"unknown flavour {flavour!r}; choose one of {sorted(FLAVOURS)}")
+        dim, n_layers, n_heads, n_kv_heads, ffn_dim = FLAVOURS[flavour]
+        fields = dict(
+            dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
+            ffn_dim=ffn_dim, rank=dim // 4, vocab_size=vocab_size, linear=linear,
+        )
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise TypeError(f"ModelArgs has no field(s) {sorted(unknown)}")
+        fields.update(overrides)
+        args = cls(**fields)
+        args.check()
+        return args
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim // self.n_heads
+
+    @property
+    def low_rank(self) -> bool:
+        return self.linear != "full"
+
+    @property
+    def grouped(self) -> bool:
+        # Dense projections are never grouped: the Megatron baseline keeps torchtitan's wq/wk/wv.
+        return self.low_rank and self.group_linears
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming the field and the fix for inconsistent shapes."""
+        if self.linear not in LINEAR_KINDS:
+            raise ValueError(f"boost.linear = {self.linear!r} is unknown; choose one of {LINEAR_KINDS}")
+        for name in ("dim", "n_layers", "n_heads", "vocab_size", "ffn_dim"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"model {name} = {getattr(self, name)} must be positive")
+        if self.dim % self.n_heads:
+            raise ValueError(f"dim {self.dim} is not divisible by n_heads {self.n_heads}")
+        if self.head_dim % 2:
+            raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
+        if self.n_heads % self.kv_heads:
+            raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.kv_heads}")
+        if self.low_rank and not 0 < self.rank < min(self.dim, self.kv_heads * self.head_dim):
+            raise ValueError(
+                f"boost.rank = {self.rank} must be positive and smaller than the dims it factors "
+                f"(dim {self.dim}, kv dim {self.kv_heads * self.head_dim}); try boost.rank_ratio = 0.25"
+            )
+
+    def update_from_config(self, job_config, **kwargs) -> None:
+        """Apply the ``[boost]`` section and the tokenizer's vocabulary (torchtitan calls this)."""
+        from torchtitan_ext.model_config import apply_job_config
+
+        apply_job_config(self, job_config)
+
+    def get_nparams_and_flops(self, model: nn.Module, seq_len: int) -> tuple[int, int]:
+        nparams = sum(p.numel() for p in model.parameters())
+        return nparams, flops_per_token(self, seq_len)
+
+
+def matmul_params(args: ModelArgs) -> int:
+    """Weights that take part in a GEMM per token: the block projections (by factor shapes) and the LM head."""
+    d, f, r = args.dim, args.ffn_dim, args.rank
+    kv = args.kv_heads * args.head_dim
+    shapes = [(d, d), (d, kv), (d, kv), (d, d), (d, f), (d, f), (f, d)]  # q k v o gate up down
+    if args.low_rank:
+        per_layer = sum(d_in * r + r * d_out for d_in, d_out in shapes)
+    else:
+        per_layer = sum(d_in * d_out for d_in, d_out in shapes)
+    return args.n_layers * per_layer + d * args.vocab_size
+
+
+def flops_per_token(args: ModelArgs, seq_len: int) -> int:
+    """Training FLOPs per token (forward + backward), counted from the actual factor shapes.
+
+    6 FLOPs per GEMM weight per token (2 forward, 4 backward) — a low-rank layer costs
+    ``6·(d_in·r + r·d_out)``, not ``6·d_in·d_out`` — plus causal-free attention scores and values,
+    ``12·n_layers·dim·seq_len`` as in torchtitan and the PaLM paper (Appendix B), so that MFU is
+    comparable with torchtitan's for the dense kind.
+
+    Example::
+
+        >>> dense = flops_per_token(ModelArgs.from_flavour("7B", linear="full"), 4096)
+        >>> lowrank = flops_per_token(ModelArgs.from_flavour("7B", linear="cola"), 4096)
+        >>> round(dense / lowrank, 2)
+        1.79
+    """
+    return 6 * matmul_params(args) + 12 * args.n_layers * args.dim * seq_len

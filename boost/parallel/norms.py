@@ -1,0 +1,85 @@
+"""RMSNorm over a hidden dim that is sharded across tensor-parallel ranks.
+
+Three ways, all custom autograd Functions on local shards (``F.rms_norm`` on a ``Shard(-1)``
+DTensor is rejected by DTensor):
+
+``OnlineRMSNormDown`` — norm fused into the following row-parallel down-projection::
+
+    x_i   [T, d/t]   this rank's slice of the residual stream
+    γ_i   [d/t]      its slice of the norm weight
+    A_i   [R, d/t]   down-projection, sharded on its input dim
+    fwd   [H | S] = all_reduce([ (γ_i·x_i) A_iᵀ , Σ x_i² ])    one collective, R+1 columns
+          Y = H / sqrt(S/d + ε)                                 = A (γ·x) / RMS(x), exactly
+    bwd   no collective: dY is already full (B's input-grad all-reduce made it so), and
+          Σ_R dY·Y, the only reduction the chain rule needs, is over the replicated r-dim.
+
+``SyncRMSNorm`` — the statistic in its own all-reduce (forward) and Σ dy·γ·x in another (backward).
+``LocalRMSNorm`` — each shard normalised by its own statistic: no collective, NOT the dense model.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.distributed.device_mesh import DeviceMesh
+
+from boost.parallel.comm import all_reduce_local
+
+
+def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    # The sum of squares stays in fp32 (or wider) whatever the activation dtype.
+    return torch.promote_types(dtype, torch.float32)
+
+
+class OnlineRMSNormDown(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gamma, weight, eps: float, dim: int, mesh: DeviceMesh):
+        acc = _stat_dtype(x.dtype)
+        s = x.to(acc).pow(2).sum(-1, keepdim=True)  # (..., 1)
+        h = torch.matmul((x * gamma).to(acc), weight.to(acc).t())  # (..., R) partial sum
+        hs = all_reduce_local(torch.cat([h, s], dim=-1), mesh)
+        h, s = hs[..., :-1], hs[..., -1:]
+        inv_rms = torch.rsqrt(s / dim + eps)
+        y = (h * inv_rms).to(x.dtype)
+        ctx.save_for_backward(x, gamma, weight, y, inv_rms)
+        ctx.dim = dim
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, weight, y, inv_rms = ctx.saved_tensors
+        acc = inv_rms.dtype
+        dy = dy.to(acc)
+        dh = dy * inv_rms  # (..., R), identical on every rank
+        # dL/dS through inv_rms = (S/d + ε)^-1/2; S = Σ_ranks s_i, so ds_i = dS on every rank.
+        ds = -0.5 * (dy * y.to(acc)).sum(-1, keepdim=True) * inv_rms.pow(2) / ctx.dim
+        g = torch.matmul(dh, weight.to(acc))  # (..., d/t) = dL/d(γ·x)
+        dx = g * gamma.to(acc) + 2.0 * x.to(acc) * ds
+        dgamma = (g * x.to(acc)).reshape(-1, x.shape[-1]).sum(0)
+        dweight = dh.reshape(-1, dh.shape[-1]).t() @ (x * gamma).to(acc).reshape(-1, x.shape[-1])
+        return dx.to(x.dtype), dgamma.to(gamma.dtype), dweight.to(weight.dtype), None, None, None
+
+
+class SyncRMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gamma, eps: float, dim: int, mesh: DeviceMesh):
+        acc = _stat_dtype(x.dtype)
+        s = all_reduce_local(x.to(acc).pow(2).sum(-1, keepdim=True), mesh)
+        inv_rms = torch.rsqrt(s / dim + eps)
+        ctx.save_for_backward(x, gamma, inv_rms)
+        ctx.dim, ctx.mesh = dim, mesh
+        return (x.to(acc) * inv_rms).to(x.dtype) * gamma
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, inv_rms = ctx.saved_tensors
+        acc = inv_rms.dtype
+        xa, g = x.to(acc), (dy * gamma).to(acc)
+        dot = all_reduce_local((g * xa).sum(-1, keepdim=True), ctx.mesh)  # Σ over the full d
+        dx = g * inv_rms - xa * dot * inv_rms.pow(3) / ctx.dim
+        dgamma = (dy.to(acc) * xa * inv_rms).reshape(-1, x.shape[-1]).sum(0)
+        return dx.to(x.dtype), dgamma.to(gamma.dtype), None, None, None
+
+
+def local_rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
+    """Normalise the shard by its own statistic (``norm = "local"``): differs from the dense model."""
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), gamma, eps)

@@ -1,0 +1,261 @@
+"""Bottleneck-aware tensor parallelism as DTensor ``ParallelStyle``s.
+
+``BoostParallelStyle`` shards one bottleneck ``x -> up(σ(down(x)))`` the BOOST way::
+
+    x     [T, d/t]    Shard(-1)   the residual stream stays sharded on the full dim
+    A     [R, d/t]    Shard(1)    row-parallel down-projection: output Partial over R
+    fwd   z = all_reduce(x A_iᵀ)                     one collective, R wide
+    σ, LaX crossing on the replicated latent z         (redundant, tiny)
+    B     [d_out/t, R] Shard(0)   column-parallel up-projection: output Shard(-1), no collective
+    bwd   dz = all_reduce(dy_i B_i)                  one collective, R wide
+          dx_i = dz A_i,  dA_i = dzᵀ x_i,  dB_i = dy_iᵀ z      no collective
+
+DTensor's greedy per-op strategy would rather all-gather ``B`` and reduce-scatter a d-wide output
+(~6.7× the bytes); both syncs are therefore pinned: ``down``'s Partial output is redistributed to
+Replicate in its forward, and the latent feeding ``up`` is wrapped so that its Partial gradient is
+all-reduced right there, at width R.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_module, distribute_tensor
+from torch.distributed.tensor.parallel import ParallelStyle
+
+from boost.parallel.comm import all_reduce_grad_on_backward
+from boost.parallel.norms import OnlineRMSNormDown, SyncRMSNorm, local_rms_norm
+
+NORM_MODES = ("online", "sync", "local")
+
+
+def _check_norm_mode(norm: str) -> None:
+    if norm not in NORM_MODES:
+        raise ValueError(f"norm = {norm!r} is unknown; choose one of {NORM_MODES}")
+    if norm == "local":
+        warnings.warn(
+            'norm = "local" normalises each hidden-dim shard by its own statistic: the model is NOT '
+            "equivalent to the dense (single-device) model and changes with the TP degree",
+            stacklevel=3,
+        )
+
+
+def _as_dtensor(x, mesh: DeviceMesh, layout: Placement, desired: Placement):
+    if not isinstance(x, torch.Tensor):
+        return x
+    if not isinstance(x, DTensor):
+        x = DTensor.from_local(x, mesh, [layout], run_check=False)
+    if x.placements != (desired,):
+        x = x.redistribute(mesh, [desired])
+    return x
+
+
+def _shard_param(module: nn.Module, name: str, mesh: DeviceMesh, placement: Placement) -> None:
+    param = getattr(module, name)
+    if param is None or isinstance(param, DTensor):
+        return
+    module.register_parameter(
+        name, nn.Parameter(distribute_tensor(param, mesh, [placement], src_data_rank=None), param.requires_grad)
+    )
+
+
+def _divides(what: str, size: int, t: int) -> None:
+    if size % t:
+        raise ValueError(f"{what} = {size} is not divisible by the tensor-parallel degree {t}")
+
+
+class ShardedRMSNormParallel(ParallelStyle):
+    """An ``RMSNorm`` over the sharded hidden dim, standing alone (``sync`` or ``local``).
+
+    Used where the norm has several readers (ungrouped q/k/v or gate/up), so its statistic cannot
+    ride in a single reader's collective.
+    """
+
+    def __init__(self, norm: str = "sync"):
+        super().__init__()
+        _check_norm_mode(norm)
+        self.norm = "sync" if norm == "online" else norm
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        t = device_mesh.size()
+        _divides("norm weight size", module.weight.shape[0], t)
+        _shard_param(module, "weight", device_mesh, Shard(0))
+        dim, eps, mode = module.weight.shape[0], module.eps, self.norm
+
+        def forward(x: torch.Tensor) -> torch.Tensor:
+            gamma = module.weight.to_local()
+            if mode == "sync":
+                return SyncRMSNorm.apply(x, gamma, eps, dim, device_mesh)
+            return local_rms_norm(x, gamma, eps)
+
+        module.forward = forward  # operates on the local [.., d/t] shard, before and after
+        return module
+
+
+class BoostParallelStyle(ParallelStyle):
+    """Bottleneck-aware TP for one bottleneck module: the public face of BTP.
+
+    Args:
+        down: name of the down-projection ``nn.Linear`` (d -> r). Default: ``"down"`` if the module
+            has it, else the first ``nn.Linear`` child (e.g. of an ``nn.Sequential``).
+        up: name(s) of the up-projection(s) (r -> d'): ``nn.Linear`` (weight sharded on dim 0) or
+            a batched ``[G, d_out, r]`` weight (sharded on dim 1). Default: ``"up"`` or the last
+            ``nn.Linear`` child.
+        latent: name of the submodule whose output is the final r-wide latent (its gradient is
+            all-reduced there, once). Default: the input of each up-projection.
+        norm: name of an inner pre-norm (``RMSNorm`` over d) applied to the input, or ``None``.
+        norm_mode: ``"online"`` (statistic fused into the down-projection's all-reduce),
+            ``"sync"`` (its own all-reduce) or ``"local"`` (not equivalent to the dense model).
+        input_layouts: placement of the incoming tensor when it is a plain local tensor
+            (default ``Shard(-1)``: the residual stream sharded on its hidden dim).
+        output_layouts: placement of the d-wide outputs (default ``Shard(-1)``).
+        use_local_output: return local tensors (default) or DTensors.
+
+    Example (2 processes, gloo)::
+
+        >>> mesh = init_device_mesh("cpu", (2,))
+        >>> block = nn.Sequential(nn.Linear(64, 16), nn.SiLU(), nn.Linear(16, 64))
+        >>> parallelize_module(block, mesh, BoostParallelStyle())
+        >>> y_local = block(x_local)          # x_local: this rank's [b, s, 32] slice of x
+    """
+
+    def __init__(
+        self,
+        *,
+        down: str | None = None,
+        up: str | Sequence[str] | None = None,
+        latent: str | None = None,
+        norm: str | None = None,
+        norm_mode: str = "online",
+        input_layouts: Placement | None = None,
+        output_layouts: Placement | None = None,
+        use_local_output: bool = True,
+    ):
+        super().__init__()
+        _check_norm_mode(norm_mode) if norm is not None else None
+        self.down, self.up, self.latent, self.norm = down, up, latent, norm
+        self.norm_mode = norm_mode
+        self.input_layouts = input_layouts or Shard(-1)
+        self.output_layouts = output_layouts or Shard(-1)
+        self.use_local_output = use_local_output
+
+    def _resolve(self, module: nn.Module) -> tuple[str, list[str]]:
+        linears = [n for n, c in module.named_children() if isinstance(c, nn.Linear)]
+        down = self.down or ("down" if hasattr(module, "down") else (linears[0] if linears else None))
+        up = self.up or ("up" if hasattr(module, "up") else (linears[-1] if len(linears) > 1 else None))
+        if down is None or up is None or down == up:
+            raise ValueError(
+                f"BoostParallelStyle found no bottleneck in {type(module).__name__}: it needs a down "
+                "projection nn.Linear(d, r) and an up projection nn.Linear(r, d'); name them with "
+                "BoostParallelStyle(down=..., up=...)"
+            )
+        ups = [up] if isinstance(up, str) else list(up)
+        if not isinstance(module.get_submodule(down), nn.Linear):
+            raise ValueError(f"BoostParallelStyle: down projection {down!r} must be an nn.Linear")
+        return down, ups
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        if device_mesh.ndim != 1:
+            raise ValueError("BoostParallelStyle takes a 1-D tensor-parallel mesh")
+        t = device_mesh.size()
+        down_name, up_names = self._resolve(module)
+        down = module.get_submodule(down_name)
+        up_units = [m for n in up_names for m in _leaf_projections(module.get_submodule(n))]
+        rank = down.out_features
+        _divides(f"{down_name}.in_features (the full dim d)", down.in_features, t)
+        for unit in up_units:
+            _divides("up-projection output width", unit.weight.shape[-2], t)
+            if unit.weight.shape[-1] > rank:
+                raise ValueError(f"up-projection reads {unit.weight.shape[-1]} features but the latent is {rank} wide")
+        norm = module.get_submodule(self.norm) if self.norm else None
+        if norm is not None:
+            _divides("norm weight size", norm.weight.shape[0], t)
+
+        # Parameters: A on its input dim, B on its output dim, γ on d, biases where their outputs live.
+        _shard_param(down, "weight", device_mesh, Shard(1))
+        _shard_param(down, "bias", device_mesh, Replicate())
+        for unit in up_units:
+            _shard_param(unit, "weight", device_mesh, Shard(unit.weight.ndim - 2))
+            if getattr(unit, "bias", None) is not None:
+                _shard_param(unit, "bias", device_mesh, Shard(0))
+        if norm is not None:
+            _shard_param(norm, "weight", device_mesh, Shard(0))
+
+        down.forward = functools.partial(_down_forward, down, norm, self.norm_mode, device_mesh)
+        if norm is not None:
+            norm.forward = lambda x: x  # folded into down's forward (online) or done there (sync/local)
+        if self.latent is not None:
+            module.get_submodule(self.latent).register_forward_hook(
+                lambda mod, args, out: all_reduce_grad_on_backward(out)
+            )
+        else:
+            for n in up_names:
+                module.get_submodule(n).register_forward_pre_hook(
+                    lambda mod, args: (all_reduce_grad_on_backward(args[0]), *args[1:])
+                )
+        return distribute_module(
+            module,
+            device_mesh,
+            input_fn=functools.partial(_prepare_inputs, self.input_layouts),
+            output_fn=functools.partial(_prepare_outputs, self.output_layouts, self.use_local_output),
+        )
+
+
+def _leaf_projections(module: nn.Module) -> list[nn.Module]:
+    """The modules under ``module`` (itself included) that own an up-projection weight."""
+    return [m for m in module.modules() if isinstance(getattr(m, "weight", None), torch.Tensor)]
+
+
+def _down_forward(down: nn.Linear, norm: nn.Module | None, mode: str, mesh: DeviceMesh, x: DTensor) -> DTensor:
+    """Row-parallel A (optionally after the sharded pre-norm): Partial over r, pinned to Replicate."""
+    if norm is not None and mode == "online":
+        y = OnlineRMSNormDown.apply(
+            x.to_local(), norm.weight.to_local(), down.weight.to_local(), norm.eps, norm.weight.shape[0], mesh
+        )
+        y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
+    else:
+        if norm is not None:
+            gamma = norm.weight.to_local()
+            xl = x.to_local()
+            if mode == "sync":
+                xl = SyncRMSNorm.apply(xl, gamma, norm.eps, norm.weight.shape[0], mesh)
+            else:
+                xl = local_rms_norm(xl, gamma, norm.eps)
+            x = DTensor.from_local(xl, mesh, [Shard(x.ndim - 1)], run_check=False)
+        y = F.linear(x, down.weight)  # Partial over r
+        y = y.redistribute(mesh, [Replicate()])  # the forward all-reduce, r wide
+    if down.bias is not None:
+        y = y + down.bias
+    return y
+
+
+def _normalized(p: Placement, ndim: int) -> Placement:
+    return Shard(p.dim % ndim) if isinstance(p, Shard) else p
+
+
+def _prepare_inputs(layout: Placement, module: nn.Module, inputs, device_mesh: DeviceMesh):
+    x, *rest = inputs
+    x = _as_dtensor(x, device_mesh, layout, Shard(x.ndim - 1))
+    # A LaX carry is the previous bottleneck's replicated latent.
+    rest = [_as_dtensor(c, device_mesh, Replicate(), Replicate()) for c in rest]
+    return (x, *rest)
+
+
+def _prepare_outputs(layout: Placement, use_local: bool, module: nn.Module, outputs, device_mesh: DeviceMesh):
+    def convert(t):
+        if isinstance(t, (tuple, list)):
+            return type(t)(convert(v) for v in t)
+        if not isinstance(t, DTensor):
+            return t
+        # d-wide outputs leave in the requested layout; the replicated r-wide latent stays as it is.
+        if t.placements[0].is_shard() and _normalized(t.placements[0], t.ndim) != _normalized(layout, t.ndim):
+            t = t.redistribute(device_mesh, [layout])
+        return t.to_local() if use_local else t
+
+    return convert(outputs)

@@ -1,0 +1,34 @@
+"""Fill ``boost.ModelArgs`` from a torchtitan ``JobConfig`` (its ``[boost]``, training and parallelism sections)."""
+
+from __future__ import annotations
+
+from torchtitan.tools.logging import logger
+
+from boost.model.args import ModelArgs
+
+
+def resolved_rank(args: ModelArgs, job_config) -> int:
+    boost = job_config.boost
+    if boost.rank:
+        return boost.rank
+    if not 0 < boost.rank_ratio < 1:
+        raise ValueError(f"boost.rank_ratio = {boost.rank_ratio} must lie in (0, 1); the paper uses 0.25")
+    return max(1, round(boost.rank_ratio * args.dim))
+
+
+def apply_job_config(args: ModelArgs, job_config) -> None:
+    from torchtitan_ext.data import boost_vocab_size
+
+    boost = job_config.boost
+    args.linear = boost.linear
+    args.group_linears = boost.group_linears
+    if boost.linear != "full":
+        args.rank = resolved_rank(args, job_config)
+    if job_config.parallelism.tensor_parallel_degree > 1 and boost.tp_scheme == "vanilla" and args.group_linears:
+        # Column-parallel A shards the rank dim: a grouped [r_q + r_k + r_v, d] factor would be split
+        # across member boundaries, so the vanilla baseline runs ungrouped (as the reference baseline).
+        logger.info("boost.tp_scheme = vanilla: running with boost.group_linears = false")
+        args.group_linears = False
+    args.max_seq_len = job_config.training.seq_len
+    args.vocab_size = boost_vocab_size(job_config)
+    args.check()

@@ -1,0 +1,60 @@
+"""torchtitan's parallelize function for BOOST models: TP/BTP -> activation checkpointing -> compile -> FSDP2.
+
+The order and the FSDP/compile/AC code are torchtitan's (llama3); only the tensor-parallel plan is BOOST's.
+"""
+
+from __future__ import annotations
+
+import torch.nn as nn
+from torchtitan.config import TORCH_DTYPE_MAP
+from torchtitan.distributed import ParallelDims
+from torchtitan.distributed.activation_checkpoint import apply_ac
+from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list, apply_compile, apply_ddp, apply_fsdp
+from torchtitan.tools.logging import logger
+
+import boost.parallel
+
+
+def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config) -> nn.Module:
+    cfg = job_config.boost
+    if parallel_dims.tp_enabled:
+        boost.parallel.apply_tp(
+            model,
+            parallel_dims.get_mesh("tp"),
+            scheme=cfg.tp_scheme,
+            norm=cfg.norm,
+            loss_parallel=not job_config.parallelism.disable_loss_parallel,
+            sequence_parallel=cfg.sequence_parallel,
+        )
+        logger.info(f"Applied {cfg.tp_scheme} tensor parallelism (degree {parallel_dims.tp}, norm {cfg.norm})")
+
+    compile_model = job_config.compile.enable and "model" in job_config.compile.components
+    ac_mode = cfg.activation_checkpoint
+    if ac_mode == "full" or job_config.activation_checkpoint.mode != "none":
+        ac_config = job_config.activation_checkpoint
+        if ac_mode == "full":
+            ac_config.mode = "full"
+        apply_ac(model, ac_config, model_compile_enabled=compile_model, op_sac_save_list=_op_sac_save_list,
+                 base_folder=job_config.job.dump_folder)
+    elif ac_mode == "lowrank":
+        boost.parallel.apply_lowrank_ac(model)
+        logger.info("Applied low-rank activation checkpointing")
+
+    if compile_model:
+        apply_compile(model, job_config.compile)
+
+    if parallel_dims.fsdp_enabled:
+        names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
+        apply_fsdp(
+            model,
+            parallel_dims.get_mesh(names),
+            param_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_param],
+            reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
+            pp_enabled=parallel_dims.pp_enabled,
+            cpu_offload=job_config.training.enable_cpu_offload,
+            reshard_after_forward_policy=job_config.parallelism.fsdp_reshard_after_forward,
+        )
+        logger.info("Applied %s to the model", "HSDP" if parallel_dims.dp_replicate_enabled else "FSDP")
+    elif parallel_dims.dp_replicate_enabled:
+        apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
+    return model
