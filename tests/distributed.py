@@ -1,0 +1,37 @@
+"""Run a test body on N real gloo processes on this machine (no mocks of torch.distributed)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import traceback
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+
+def _worker(rank: int, world_size: int, init_file: str, fn, args, error_dir: str) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
+    try:
+        fn(rank, world_size, *args)
+    except BaseException:
+        with open(os.path.join(error_dir, f"rank{rank}.txt"), "w") as f:
+            f.write(traceback.format_exc())
+        raise
+    finally:
+        dist.destroy_process_group()
+
+
+def run_distributed(fn, world_size: int, *args) -> None:
+    """Spawn ``world_size`` processes running ``fn(rank, world_size, *args)``; re-raise the first failure."""
+    with tempfile.TemporaryDirectory() as tmp:
+        init_file = os.path.join(tmp, "init")
+        try:
+            mp.spawn(_worker, args=(world_size, init_file, fn, args, tmp), nprocs=world_size, join=True)
+        except Exception as exc:
+            reports = sorted(f for f in os.listdir(tmp) if f.startswith("rank"))
+            details = "\n".join(open(os.path.join(tmp, f)).read() for f in reports)
+            raise AssertionError(f"distributed test failed:\n{details or exc}") from None
