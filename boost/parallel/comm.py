@@ -1,16 +1,23 @@
 """Communication as conjugate pairs (Megatron's naming): which way each collective runs.
 
 ``all_reduce_grad_on_backward``  forward identity, backward all-reduce of the (Partial) gradient.
-``all_reduce_local``             a differentiable-free forward all-reduce of a local tensor, used
-                                 inside custom Functions that know they hold a partial sum.
+``all_reduce_on_forward``        forward all-reduce of a local partial sum, backward identity.
+``all_reduce_local``             the forward collective itself; under low-rank activation
+                                 checkpointing its results are recorded in the forward and replayed
+                                 in the recompute, which therefore communicates nothing.
 """
 
 from __future__ import annotations
+
+import contextlib
+import threading
 
 import torch
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
+
+_latents = threading.local()
 
 
 class _AllReduceGradOnBackward(torch.autograd.Function):
@@ -34,6 +41,54 @@ def all_reduce_grad_on_backward(x: torch.Tensor) -> torch.Tensor:
     return _AllReduceGradOnBackward.apply(x)
 
 
+class _AllReduceOnForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
+        return all_reduce_local(x, mesh)
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        # y = Σ_ranks x_i, so dL/dx_i = dL/dy, which every rank already holds in full.
+        return grad, None
+
+
+def all_reduce_on_forward(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
+    """Sum a local partial result over the mesh in forward; identity in backward."""
+    return _AllReduceOnForward.apply(x, mesh)
+
+
 def all_reduce_local(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
     """Sum a local tensor over a 1-D mesh (functional collective: traceable by torch.compile)."""
-    return funcol.wait_tensor(funcol.all_reduce(x, "sum", (mesh, 0)))
+    replay = getattr(_latents, "replay", None)
+    if replay is not None:
+        return replay.pop(0)
+    out = funcol.wait_tensor(funcol.all_reduce(x, "sum", (mesh, 0)))
+    record = getattr(_latents, "record", None)
+    if record is not None:
+        record.append(out.detach())
+    return out
+
+
+@contextlib.contextmanager
+def _recording(store: list):
+    previous, _latents.record = getattr(_latents, "record", None), store
+    try:
+        yield
+    finally:
+        _latents.record = previous
+
+
+@contextlib.contextmanager
+def _replaying(store: list):
+    previous, _latents.replay = getattr(_latents, "replay", None), store
+    try:
+        yield
+    finally:
+        _latents.replay = previous
+
+
+def record_and_replay_collectives() -> tuple:
+    """Context pair for ``torch.utils.checkpoint``'s ``context_fn``: the forward records every
+    forward all-reduce's result, the recompute replays them in order instead of communicating."""
+    store: list[torch.Tensor] = []
+    return _recording(store), _replaying(store)

@@ -29,7 +29,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from boost.parallel.comm import all_reduce_grad_on_backward
+from boost.parallel.comm import all_reduce_grad_on_backward, all_reduce_on_forward
 from boost.parallel.norms import OnlineRMSNormDown, SyncRMSNorm, local_rms_norm
 
 NORM_MODES = ("online", "sync", "local")
@@ -229,7 +229,10 @@ def _down_forward(down: nn.Linear, norm: nn.Module | None, mode: str, mesh: Devi
                 xl = local_rms_norm(xl, gamma, norm.eps)
             x = DTensor.from_local(xl, mesh, [Shard(x.ndim - 1)], run_check=False)
         y = F.linear(x, down.weight)  # Partial over r
-        y = y.redistribute(mesh, [Replicate()])  # the forward all-reduce, r wide
+        # The forward all-reduce, r wide, pinned (DTensor would otherwise pick its own strategy).
+        # Each rank's gradient of its partial sum is the full gradient: hence grad_placements.
+        y = all_reduce_on_forward(y.to_local(grad_placements=[Replicate()]), mesh)
+        y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
     if down.bias is not None:
         y = y + down.bias
     return y
