@@ -17,7 +17,7 @@ def resolved_rank(args: ModelArgs, job_config) -> int:
 
 
 def apply_job_config(args: ModelArgs, job_config) -> None:
-    from torchtitan_ext.data import boost_vocab_size
+    from torchtitan_ext.datasets import boost_vocab_size
 
     boost = job_config.boost
     args.linear = boost.linear

@@ -5,7 +5,9 @@ The order and the FSDP/compile/AC code are torchtitan's (llama3); only the tenso
 
 from __future__ import annotations
 
+import torch
 import torch.nn as nn
+from torch.distributed.fsdp import FSDPModule
 from torchtitan.config import TORCH_DTYPE_MAP
 from torchtitan.distributed import ParallelDims
 from torchtitan.distributed.activation_checkpoint import apply_ac
@@ -54,6 +56,11 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
             cpu_offload=job_config.training.enable_cpu_offload,
             reshard_after_forward_policy=job_config.parallelism.fsdp_reshard_after_forward,
         )
+        if torch.distributed.get_backend() == "gloo":
+            # FSDP's divide factor becomes ReduceOp.PREMUL_SUM, which gloo refuses: SUM, then scale.
+            for module in model.modules():
+                if isinstance(module, FSDPModule):
+                    module.set_force_sum_reduction_for_comms(True)
         logger.info("Applied %s to the model", "HSDP" if parallel_dims.dp_replicate_enabled else "FSDP")
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)

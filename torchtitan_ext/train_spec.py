@@ -8,7 +8,7 @@ from torchtitan.distributed.pipeline_parallel import pipeline_llm
 from torchtitan.protocols.train_spec import TrainSpec, _extra_train_specs, register_train_spec
 
 from boost.model import FLAVOURS, ModelArgs, Transformer
-from torchtitan_ext.data import build_boost_dataloader, build_boost_tokenizer
+from torchtitan_ext.datasets import build_boost_dataloader, build_boost_tokenizer
 from torchtitan_ext.parallelize import parallelize_boost
 
 TRAIN_SPEC_NAME = "boost_llama"

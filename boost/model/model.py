@@ -176,7 +176,11 @@ class Transformer(ModelProtocol):
             w = self.output.weight
             _copy_global(w, _seeded(w.shape, args.dim**-0.5, "output", seed))
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+    def get_attention_masks(self, input_batch, tokenizer, extra_inputs=None) -> None:
+        # Causal attention only (SDPA's is_causal): there is no mask to build.
+        return None
+
+    def forward(self, tokens: torch.Tensor, attention_masks: None = None) -> torch.Tensor:
         # Pipeline stages may have dropped the embedding / head: pass through what arrives.
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         carry = {} if self.model_args.linear == "lax" else None

@@ -28,8 +28,16 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from torchtitan.tools.logging import logger
+
 from boost.model.linears import Bottleneck
-from boost.parallel.styles import NORM_MODES, BoostParallelStyle, ShardedRMSNormParallel, _check_norm_mode, _divides
+from boost.parallel.styles import (
+    NORM_MODES,
+    BoostParallelStyle,
+    ReplicatedParallel,
+    ShardedRMSNormParallel,
+    _check_norm_mode,
+)
 
 TP_SCHEMES = ("btp", "vanilla", "megatron")
 
@@ -97,6 +105,8 @@ def apply_tp(
 
 
 def _apply_btp(model: nn.Module, mesh: DeviceMesh, norm: str) -> None:
+    if norm == "online" and not model.model_args.grouped:
+        logger.info("norm = online needs grouped down-projections (one reader per norm); running sync")
     # The embedding table sharded on its embedding dim yields the Shard(-1) residual stream directly.
     if model.tok_embeddings is not None:
         parallelize_module(model.tok_embeddings, mesh, ColwiseParallel(input_layouts=Replicate()))
@@ -113,9 +123,7 @@ def _apply_btp(model: nn.Module, mesh: DeviceMesh, norm: str) -> None:
                 parallelize_module(child, mesh, style)
     # End of network: gather the hidden state once, then the replicated final norm.
     if model.norm is not None:
-        parallelize_module(
-            model.norm, mesh, PrepareModuleInput(input_layouts=Shard(-1), desired_input_layouts=Replicate(), use_local_output=True)
-        )
+        parallelize_module(model.norm, mesh, ReplicatedParallel(input_layouts=Shard(-1)))
 
 
 def _apply_replicated_residual(model: nn.Module, mesh: DeviceMesh, scheme: str, sp: bool) -> None:
@@ -124,12 +132,12 @@ def _apply_replicated_residual(model: nn.Module, mesh: DeviceMesh, scheme: str, 
     seq = Shard(1) if sp else Replicate()
     if model.tok_embeddings is not None:
         parallelize_module(model.tok_embeddings, mesh, RowwiseParallel(input_layouts=Replicate(), output_layouts=seq))
-    if sp and model.norm is not None:
-        parallelize_module(model.norm, mesh, SequenceParallel())
+    if model.norm is not None:
+        parallelize_module(model.norm, mesh, SequenceParallel() if sp else ReplicatedParallel())
     for layer in model.layers.values():
         plan = {}
-        if sp:
-            plan.update({"attention_norm": SequenceParallel(), "ffn_norm": SequenceParallel()})
+        norm_style = SequenceParallel if sp else ReplicatedParallel
+        plan.update({"attention_norm": norm_style(), "ffn_norm": norm_style()})
         # One Replicate DTensor per sublayer input: the column-parallel readers' gradients are
         # summed into one all-reduce (Megatron's "f"), not one per reader.
         plan["attention"] = PrepareModuleInput(

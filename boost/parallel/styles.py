@@ -70,6 +70,30 @@ def _divides(what: str, size: int, t: int) -> None:
         raise ValueError(f"{what} = {size} is not divisible by the tensor-parallel degree {t}")
 
 
+class ReplicatedParallel(ParallelStyle):
+    """A module computed redundantly on every rank, its parameters Replicate DTensors.
+
+    Every parameter of a tensor-parallel model is then a DTensor on the TP mesh (torchtitan's gradient
+    clipping and checkpointing expect it). The input is taken as ``input_layouts`` and brought to
+    Replicate (BTP's final norm gathers the ``Shard(-1)`` hidden state here, once); the output is local.
+    """
+
+    def __init__(self, input_layouts: Placement | None = None):
+        super().__init__()
+        self.input_layouts = input_layouts or Replicate()
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        layout = self.input_layouts
+
+        def prepare(mod, inputs, mesh):
+            return tuple(_as_dtensor(x, mesh, layout, Replicate()) for x in inputs)
+
+        def local(mod, outputs, mesh):
+            return outputs.to_local() if isinstance(outputs, DTensor) else outputs
+
+        return distribute_module(module, device_mesh, input_fn=prepare, output_fn=local)
+
+
 class ShardedRMSNormParallel(ParallelStyle):
     """An ``RMSNorm`` over the sharded hidden dim, standing alone (``sync`` or ``local``).
 
