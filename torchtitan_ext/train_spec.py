@@ -9,6 +9,7 @@ from torchtitan.protocols.train_spec import TrainSpec, _extra_train_specs, regis
 
 from boost.model import FLAVOURS, ModelArgs, Transformer
 from torchtitan_ext.datasets import build_boost_dataloader, build_boost_tokenizer
+from torchtitan_ext.metrics import build_boost_metrics_processor
 from torchtitan_ext.parallelize import parallelize_boost
 
 TRAIN_SPEC_NAME = "boost_llama"
@@ -27,6 +28,7 @@ def get_train_spec() -> TrainSpec:
         build_tokenizer_fn=build_boost_tokenizer,
         build_loss_fn=build_cross_entropy_loss,
         build_validator_fn=build_validator,
+        build_metrics_processor_fn=build_boost_metrics_processor,
     )
 
 
