@@ -17,7 +17,7 @@ def resolved_rank(args: ModelArgs, job_config) -> int:
 
 
 def apply_job_config(args: ModelArgs, job_config) -> None:
-    from torchtitan_ext.datasets import boost_vocab_size
+    from torchtitan_ext.data import boost_vocab_size
 
     boost = job_config.boost
     args.linear = boost.linear
@@ -29,6 +29,10 @@ def apply_job_config(args: ModelArgs, job_config) -> None:
         # across member boundaries, so the vanilla baseline runs ungrouped (as the reference baseline).
         logger.info("boost.tp_scheme = vanilla: running with boost.group_linears = false")
         args.group_linears = False
-    args.max_seq_len = job_config.training.seq_len
+    # The RoPE table must cover validation sequences too.
+    args.max_seq_len = max(
+        job_config.training.seq_len, job_config.validation.seq_len if job_config.validation.enable else 0
+    )
     args.vocab_size = boost_vocab_size(job_config)
+    args.init_seed = job_config.debug.seed if job_config.debug.seed is not None else 0
     args.check()

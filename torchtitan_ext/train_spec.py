@@ -4,13 +4,13 @@ from torchtitan.components.loss import build_cross_entropy_loss
 from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.components.optimizer import build_optimizers
 from torchtitan.components.validate import build_validator
-from torchtitan.distributed.pipeline_parallel import pipeline_llm
 from torchtitan.protocols.train_spec import TrainSpec, _extra_train_specs, register_train_spec
 
 from boost.model import FLAVOURS, ModelArgs, Transformer
-from torchtitan_ext.datasets import build_boost_dataloader, build_boost_tokenizer
+from torchtitan_ext.data import build_boost_dataloader, build_boost_tokenizer
 from torchtitan_ext.metrics import build_boost_metrics_processor
 from torchtitan_ext.parallelize import parallelize_boost
+from torchtitan_ext.pipeline import pipeline_boost
 
 TRAIN_SPEC_NAME = "boost_llama"
 
@@ -21,7 +21,7 @@ def get_train_spec() -> TrainSpec:
         # The [boost] section sets kind, rank and vocabulary in ModelArgs.update_from_config.
         model_args={name: ModelArgs.from_flavour(name) for name in FLAVOURS},
         parallelize_fn=parallelize_boost,
-        pipelining_fn=pipeline_llm,
+        pipelining_fn=pipeline_boost,
         build_optimizers_fn=build_optimizers,
         build_lr_schedulers_fn=build_lr_schedulers,
         build_dataloader_fn=build_boost_dataloader,

@@ -52,6 +52,9 @@ class ModelArgs(BaseModelArgs):
     # because gate's latent already went through σ. The svd kind keeps SwiGLU's SiLU.
     only_lr_act: bool = True
     tie_embeddings: bool = False
+    # Seed of the initial weights; None uses torch.initial_seed(). The trainer sets it from
+    # debug.seed so that pipeline stages (which torchtitan seeds differently) agree.
+    init_seed: int | None = None
 
     @classmethod
     def from_flavour(cls, flavour: str, linear: str = "cola", vocab_size: int = 2048, **overrides) -> ModelArgs:

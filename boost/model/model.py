@@ -154,7 +154,8 @@ class Transformer(ModelProtocol):
 
     @torch.no_grad()
     def init_weights(self, buffer_device: torch.device | None = None, seed: int | None = None) -> None:
-        seed = torch.initial_seed() if seed is None else seed
+        if seed is None:
+            seed = torch.initial_seed() if self.model_args.init_seed is None else self.model_args.init_seed
         args = self.model_args
         device = buffer_device or (self.rope.device if self.rope.device.type != "meta" else None)
         device = device or next(p.device for p in self.parameters())

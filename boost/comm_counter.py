@@ -1,0 +1,250 @@
+"""``CommCounter``: count and size every collective this rank issues, whatever issued it.
+
+A ``TorchDispatchMode`` sees each collective as the op the *program* dispatched:
+
+- DTensor redistributes and functional collectives: ``_c10d_functional.{all_reduce,
+  all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single, broadcast}`` and their
+  ``_coalesced`` / in-place / ``_out`` forms. Their ``wait_tensor`` and ``_wrap_tensor_autograd``
+  are not collectives and are not counted; the ``_c10d_functional_autograd`` ops never reach this
+  mode, only the ``_c10d_functional`` op their forward and backward issue.
+- plain ``torch.distributed`` calls and FSDP2: ``c10d.{allreduce_, _allgather_base_, allgather_,
+  _reduce_scatter_base_, alltoall_base_, broadcast_, ...}``, also inside custom autograd Functions
+  and in backward. ``scatter_``, ``gather_``, ``reduce_`` and ``barrier`` count under their own
+  names, as does any other ``c10d`` op (``send``, ``recv_``, ...).
+
+What a backend does *inside* an op is not seen, so nothing is counted twice: a functional collective
+does not also count the ``c10d`` op it runs, gloo's reduce-scatter (an all-reduce + chunk) counts as
+one reduce-scatter, a coalesced op counts once with the summed payload. DTensor on a CPU mesh turns
+an all-to-all into an all-gather (+ chunk): that is what it issues, and that is what is counted.
+
+Size counted: always the un-sharded payload on one rank —
+
+=============== ==============================================================
+all_reduce      the reduced tensor
+all_gather      the gathered tensor (the full output)
+reduce_scatter  the tensor being scattered (the full input)
+all_to_all      the input tensor
+broadcast       the broadcast tensor
+scatter/gather  the tensor scattered from / gathered to the root (as every rank sees it)
+=============== ==============================================================
+
+``distribute_tensor`` itself scatters (``Shard``) or broadcasts (``Replicate``) from rank 0: build
+DTensors outside the counter unless that traffic is meant to be counted.
+
+Counts accumulate over every ``with`` block until ``reset()``. As under torch's ``CommDebugMode``,
+``torch.compile`` runs eagerly inside this mode: check compiled graphs' collectives with
+``torch._inductor.utils.run_and_get_code`` instead.
+
+Example::
+
+    >>> with CommCounter() as comm:
+    ...     model(tokens).sum().backward()
+    >>> comm.counts["all_reduce"], comm.bytes["all_reduce"]
+    (16, 1835008)
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+from torch.distributed.distributed_c10d import _resolve_process_group
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+
+Shape = tuple[int, ...]
+_F, _C = "_c10d_functional", "c10d"
+_NOT_COLLECTIVES = {(_F, "wait_tensor"), (_F, "_wrap_tensor_autograd")}
+
+
+def _full(t: torch.Tensor, ranks: int = 1) -> tuple[Shape, torch.dtype]:
+    """``t``'s shape, its dim 0 times ``ranks`` (a tensor gathered along dim 0 from ``ranks`` ranks)."""
+    shape = tuple(t.shape)
+    if ranks != 1:
+        shape = (shape[0] * ranks, *shape[1:]) if shape else (ranks,)
+    return shape, t.dtype
+
+
+def _cat(pieces) -> tuple[Shape, torch.dtype]:
+    """One tensor given as per-rank pieces (the list forms of the c10d ops), concatenated on dim 0."""
+    rows = sum(p.shape[0] if p.dim() else 1 for p in pieces)
+    return (rows, *pieces[0].shape[1:]), pieces[0].dtype
+
+
+def _each(ts) -> list[tuple[Shape, torch.dtype]]:
+    return [_full(t) for t in ts]
+
+
+def _arg0(a, n):
+    return [_full(a[0])]
+
+
+def _arg1(a, n):
+    return [_full(a[1])]
+
+
+def _each0(a, n):
+    return _each(a[0])
+
+
+def _each1(a, n):
+    return _each(a[1])
+
+
+def _times_n0(a, n):  # every rank's tensors in a[0], stacked over the group's n ranks
+    return [_full(t, n) for t in a[0]]
+
+
+# (namespace, op name) -> (kind, (args, group size) -> [(full shape, dtype)] of each payload tensor)
+_SIZES = {
+    (_F, "all_reduce"): ("all_reduce", _arg0),
+    (_F, "all_reduce_"): ("all_reduce", _arg0),
+    (_F, "all_reduce_coalesced"): ("all_reduce", _each0),
+    (_F, "all_reduce_coalesced_"): ("all_reduce", _each0),
+    (_F, "all_gather_into_tensor"): ("all_gather", lambda a, n: [_full(a[0], n)]),
+    (_F, "all_gather_into_tensor_out"): ("all_gather", lambda a, n: [_full(a[0], n)]),
+    (_F, "all_gather_into_tensor_coalesced"): ("all_gather", _times_n0),
+    (_F, "reduce_scatter_tensor"): ("reduce_scatter", _arg0),
+    (_F, "reduce_scatter_tensor_out"): ("reduce_scatter", _arg0),
+    (_F, "reduce_scatter_tensor_coalesced"): ("reduce_scatter", _each0),
+    (_F, "all_to_all_single"): ("all_to_all", _arg0),
+    (_F, "broadcast"): ("broadcast", _arg0),
+    (_F, "broadcast_"): ("broadcast", _arg0),
+    (_C, "allreduce_"): ("all_reduce", _each0),
+    (_C, "allreduce_coalesced_"): ("all_reduce", _each0),
+    (_C, "_allgather_base_"): ("all_gather", _arg0),
+    (_C, "allgather_"): ("all_gather", lambda a, n: [_cat(per_rank) for per_rank in a[0]]),
+    (_C, "allgather_coalesced_"): ("all_gather", lambda a, n: [_cat(col) for col in zip(*a[0])]),
+    (_C, "allgather_into_tensor_coalesced_"): ("all_gather", _each0),
+    (_C, "_reduce_scatter_base_"): ("reduce_scatter", _arg1),
+    (_C, "reduce_scatter_"): ("reduce_scatter", lambda a, n: [_cat(per_rank) for per_rank in a[1]]),
+    (_C, "reduce_scatter_tensor_coalesced_"): ("reduce_scatter", _each1),
+    (_C, "alltoall_base_"): ("all_to_all", _arg1),
+    (_C, "alltoall_"): ("all_to_all", lambda a, n: [_cat(a[1])]),
+    (_C, "broadcast_"): ("broadcast", _each0),
+    # rooted ops: sized from what every rank holds, so that all ranks count the same
+    (_C, "scatter_"): ("scatter", _times_n0),  # each rank's output shard × n
+    (_C, "gather_"): ("gather", lambda a, n: [_full(t, n) for t in a[1]]),  # each rank's input × n
+    (_C, "reduce_"): ("reduce", _each0),
+    (_C, "barrier"): ("barrier", lambda a, n: []),
+    (_C, "monitored_barrier_"): ("barrier", lambda a, n: []),
+}
+
+
+def _other(name: str):
+    """Any other collective: named after its op, sized by the tensors of its first argument."""
+
+    def size(a, n):
+        first = a[0] if a else []
+        flat = first if isinstance(first, (list, tuple)) else [first]
+        flat = [t for x in flat for t in (x if isinstance(x, (list, tuple)) else [x])]
+        return [_full(t) for t in flat if isinstance(t, torch.Tensor)]
+
+    return name.strip("_"), size
+
+
+def _group_size(func, args) -> int | None:
+    for arg, value in zip(func._schema.arguments, args):
+        if arg.name == "group_size":
+            return int(value)
+        if arg.name == "process_group":
+            return dist.ProcessGroup.unbox(value).size()
+        if arg.name == "group_name":
+            return _resolve_process_group(value).size()
+    return None
+
+
+@dataclass(frozen=True)
+class CollectiveRecord:
+    kind: str
+    op: str  # the dispatched op, e.g. "c10d._allgather_base_"
+    shapes: tuple[Shape, ...]  # full (un-sharded) shape of each tensor; several only for coalesced ops
+    dtype: torch.dtype | None
+    elements: int
+    bytes: int
+    group_size: int | None
+    backward: bool  # issued while autograd ran a backward pass
+
+    @property
+    def shape(self) -> Shape | None:
+        """The full tensor's shape; ``None`` for coalesced (several tensors) and payload-free ops."""
+        return self.shapes[0] if len(self.shapes) == 1 else None
+
+
+class CommCounter(TorchDispatchMode):
+    """Counts this rank's collectives by kind: ``counts``, ``bytes``, ``elements``, ``records``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reset()
+
+    def reset(self) -> None:
+        self.counts: dict[str, int] = defaultdict(int)
+        self.bytes: dict[str, int] = defaultdict(int)
+        self.elements: dict[str, int] = defaultdict(int)
+        self.records: list[CollectiveRecord] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if isinstance(func, torch._ops.HigherOrderOperator):
+            return func(*args, **kwargs)
+        # Let DTensor desugar first: the collectives it issues come back through this mode.
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented
+        if func.namespace in (_F, _C) and (key := (func.namespace, func._opname)) not in _NOT_COLLECTIVES:
+            self._record(func, *(_SIZES.get(key) or _other(func._opname)), args)
+        return func(*args, **kwargs)
+
+    def _record(self, func, kind: str, size, args) -> None:
+        group_size = _group_size(func, args)
+        payload = size(args, group_size)
+        elements = [math.prod(shape) for shape, _ in payload]
+        nbytes = sum(n * dtype.itemsize for n, (_, dtype) in zip(elements, payload))
+        self.counts[kind] += 1
+        self.bytes[kind] += nbytes
+        self.elements[kind] += sum(elements)
+        self.records.append(
+            CollectiveRecord(
+                kind=kind,
+                op=f"{func.namespace}.{func._opname}",
+                shapes=tuple(shape for shape, _ in payload),
+                dtype=payload[0][1] if payload else None,
+                elements=sum(elements),
+                bytes=nbytes,
+                group_size=group_size,
+                backward=torch._C._current_graph_task_id() != -1,
+            )
+        )
+
+    def direction(self, backward: bool) -> dict[str, tuple[int, int]]:
+        """``{kind: (count, elements)}`` of the forward (``backward=False``) or backward collectives."""
+        out: dict[str, tuple[int, int]] = {}
+        for r in self.records:
+            if r.backward == backward:
+                count, elements = out.get(r.kind, (0, 0))
+                out[r.kind] = (count + 1, elements + r.elements)
+        return out
+
+    def total_bytes(self) -> int:
+        return sum(self.bytes.values())
+
+    def total_count(self) -> int:
+        return sum(self.counts.values())
+
+    def summary(self) -> str:
+        """One line per kind for logs, e.g. ``all_reduce       16×   1.75 MiB``."""
+        lines = [f"{k:<16}{n:>5}×  {_human(self.bytes[k]):>10}" for k, n in sorted(self.counts.items()) if n]
+        return "\n".join(lines) or "no collectives"
+
+
+def _human(n: float) -> str:
+    if n < 1024:
+        return f"{n:.0f} B"
+    for unit in ("KiB", "MiB"):
+        n /= 1024
+        if n < 1024:
+            return f"{n:.2f} {unit}"
+    return f"{n / 1024:.2f} GiB"

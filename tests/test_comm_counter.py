@@ -1,0 +1,233 @@
+"""``CommCounter`` on real gloo process groups: every path that issues a collective is counted once,
+sized as the un-sharded payload on one rank. Expected sizes come from the shapes built in each test."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+from boost.comm_counter import CommCounter
+from tests.distributed import run_distributed
+
+F32 = torch.float32.itemsize
+
+
+def _nbytes(shape, dtype=torch.float32) -> int:
+    return torch.Size(shape).numel() * dtype.itemsize
+
+
+def _c10d_body(rank: int, ws: int) -> None:
+    x = torch.randn(3, 5)
+    full = (ws * 3, 5)  # the gathered / scattered tensor
+    with CommCounter() as c:
+        dist.all_reduce(x)
+    assert dict(c.counts) == {"all_reduce": 1} and c.bytes["all_reduce"] == _nbytes(x.shape)
+    (r,) = c.records
+    assert (r.shape, r.dtype, r.group_size, r.backward, r.op) == ((3, 5), torch.float32, ws, False, "c10d.allreduce_")
+    assert c.summary().splitlines() == [f"all_reduce{'':<6}{1:>5}×  {'60 B':>10}"]
+
+    c.reset()
+    with c:
+        dist.all_reduce(torch.ones(3, 5, dtype=torch.float64))
+        dist.all_gather_into_tensor(torch.empty(full), x)
+        dist.all_gather([torch.empty_like(x) for _ in range(ws)], x)  # list form: one tensor of `full`
+        dist.reduce_scatter_tensor(torch.empty_like(x), torch.randn(full))
+        dist.all_to_all_single(torch.empty(full), torch.randn(full))
+        dist.broadcast(x, src=0)
+    assert dict(c.counts) == {"all_reduce": 1, "all_gather": 2, "reduce_scatter": 1, "all_to_all": 1, "broadcast": 1}
+    assert c.bytes["all_reduce"] == _nbytes(x.shape, torch.float64)
+    assert c.bytes["all_gather"] == 2 * _nbytes(full) and c.elements["all_gather"] == 2 * ws * 15
+    # gloo runs the reduce-scatter as all-reduce + chunk inside the op: still one reduce_scatter
+    assert c.bytes["reduce_scatter"] == c.bytes["all_to_all"] == _nbytes(full)
+    assert c.bytes["broadcast"] == _nbytes(x.shape)
+    assert [r.shape for r in c.records] == [(3, 5), full, full, full, full, (3, 5)]
+    assert c.total_count() == 6 and c.total_bytes() == sum(r.bytes for r in c.records)
+    assert len(c.summary().splitlines()) == 5
+
+    # Functional collectives: the op counts, its wait_tensor does not; a coalesced op counts once.
+    c.reset()
+    group = dist.group.WORLD
+    with c:
+        funcol.all_reduce(x, "sum", group).wait()
+        outs = funcol.all_reduce_coalesced([torch.ones(2), torch.ones(3, 4)], "sum", group)
+        [o.wait() for o in outs]
+        funcol.all_to_all_single(torch.randn(full), None, None, group).wait()
+    assert dict(c.counts) == {"all_reduce": 2, "all_to_all": 1}
+    assert c.elements["all_reduce"] == 15 + 2 + 12 and c.records[1].shapes == ((2,), (3, 4))
+    assert c.elements["all_to_all"] == ws * 15
+
+
+class _AllGatherForward(torch.autograd.Function):
+    """fwd all-gather of the dim-0 shards, bwd reduce-scatter of the full gradient (a conjugate pair)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        out = x.new_empty(dist.get_world_size() * x.shape[0], *x.shape[1:])
+        dist.all_gather_into_tensor(out, x.contiguous())
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        out = grad.new_empty(grad.shape[0] // dist.get_world_size(), *grad.shape[1:])
+        dist.reduce_scatter_tensor(out, grad.contiguous())
+        return out
+
+
+class _AllReduceBoth(torch.autograd.Function):
+    """All-reduce in forward and in backward."""
+
+    @staticmethod
+    def forward(ctx, x):
+        x = x.clone()
+        dist.all_reduce(x)
+        return x
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        dist.all_reduce(grad)
+        return grad
+
+
+def _autograd_and_scope_body(rank: int, ws: int) -> None:
+    x = torch.randn(3, 5, requires_grad=True)
+    counter = CommCounter()
+    dist.all_reduce(torch.ones(4))  # before the `with`: not counted
+    with counter:
+        _AllReduceBoth.apply(x).sum().backward()
+    dist.all_reduce(torch.ones(4))  # after it: not counted
+    assert dict(counter.counts) == {"all_reduce": 2} and counter.bytes["all_reduce"] == 2 * _nbytes(x.shape)
+    assert [r.backward for r in counter.records] == [False, True]
+    assert counter.direction(backward=True) == {"all_reduce": (1, x.numel())}
+
+    counter.reset()
+    assert counter.total_count() == counter.total_bytes() == 0 and counter.records == []
+    assert counter.summary() == "no collectives"
+    with counter:
+        _AllGatherForward.apply(x).pow(2).sum().backward()
+    full = (ws * 3, 5)
+    assert [(r.kind, r.shape, r.backward) for r in counter.records] == [
+        ("all_gather", full, False),
+        ("reduce_scatter", full, True),
+    ]
+
+    # Counts accumulate across `with` blocks until reset; nested counters each see every collective.
+    with counter, CommCounter() as inner:
+        dist.all_reduce(torch.ones(4))
+    assert counter.total_count() == 3 and inner.total_count() == 1
+
+
+def _dtensor_body(rank: int, ws: int) -> None:
+    mesh = init_device_mesh("cpu", (ws,))
+    shape = (4, 6)  # divisible by ws ∈ {2, 4}: gloo aborts on uneven shards
+    g = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    with CommCounter() as c:
+        sharded = distribute_tensor(g, mesh, [Shard(0)])  # scattered from rank 0
+        distribute_tensor(g, mesh, [Replicate()])  # broadcast from rank 0
+    assert dict(c.counts) == {"scatter": 1, "broadcast": 1} and c.records[0].shape == c.records[1].shape == shape
+
+    c.reset()
+    with c:
+        out = sharded.redistribute(mesh, [Replicate()])
+    torch.testing.assert_close(out.to_local(), g)  # all-gather of the same values: exact
+    assert dict(c.counts) == {"all_gather": 1} and c.bytes["all_gather"] == _nbytes(shape)
+    assert c.records[0].shape == shape and c.records[0].group_size == ws
+
+    partial = DTensor.from_local(torch.randn(shape), mesh, [Partial()])
+    c.reset()
+    with c:
+        partial.redistribute(mesh, [Replicate()])
+    assert dict(c.counts) == {"all_reduce": 1} and c.bytes["all_reduce"] == _nbytes(shape)
+
+    c.reset()
+    with c:
+        partial.redistribute(mesh, [Shard(0)])
+    assert dict(c.counts) == {"reduce_scatter": 1} and c.records[0].shape == shape
+
+    # DTensor on a CPU mesh turns Shard(0) -> Shard(1) (an all-to-all) into all-gather + chunk
+    c.reset()
+    with c:
+        sharded.redistribute(mesh, [Shard(1)])
+    assert dict(c.counts) == {"all_gather": 1} and c.bytes["all_gather"] == _nbytes(shape)
+
+    # Collectives DTensor issues inside an op's dispatch: row-parallel mm leaves a Partial (no
+    # collective), tanh cannot act on a Partial and all-reduces the (4, 8) output first.
+    a = distribute_tensor(g, mesh, [Shard(1)])
+    w = distribute_tensor(torch.randn(6, 8), mesh, [Shard(0)])
+    c.reset()
+    with c:
+        h = a @ w
+        assert c.total_count() == 0 and h.placements == (Partial(),)
+        torch.tanh(h)
+    assert dict(c.counts) == {"all_reduce": 1} and c.records[0].shape == (shape[0], 8)
+
+    # In backward: the sequence-parallel pair, all-gather forward / reduce-scatter of the grad.
+    leaf = distribute_tensor(g, mesh, [Shard(0)]).requires_grad_()
+    c.reset()
+    with c:
+        rep = leaf.redistribute(mesh, [Replicate()])
+        rep.to_local(grad_placements=[Partial()]).sum().backward()
+    assert [(r.kind, r.shape, r.backward) for r in c.records] == [
+        ("all_gather", shape, False),
+        ("reduce_scatter", shape, True),
+    ]
+
+
+def _fsdp_body(rank: int, ws: int) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.Tanh(), torch.nn.Linear(4, 4))
+    # dim 0 of every parameter divisible by ws: FSDP's flat buffers carry no padding
+    child = sum(p.numel() for p in model[0].parameters())
+    root = sum(p.numel() for p in model[2].parameters())
+    fully_shard(model[0])  # reshards after forward: all-gathered again in backward
+    fully_shard(model, reshard_after_forward=False)
+    with CommCounter() as c:
+        model(torch.randn(3, 8)).pow(2).sum().backward()
+    forward, backward = c.direction(backward=False), c.direction(backward=True)
+    assert forward == {"all_gather": (2, root + child)}
+    assert backward == {"all_gather": (1, child), "reduce_scatter": (2, root + child)}
+    assert c.bytes["reduce_scatter"] == F32 * (root + child)
+    assert sorted(r.shape for r in c.records if r.kind == "reduce_scatter") == sorted([(root,), (child,)])
+    assert {r.op for r in c.records} == {"c10d._allgather_base_", "c10d._reduce_scatter_base_"}
+    assert {r.group_size for r in c.records} == {ws}
+
+
+def _subgroups_body(rank: int, ws: int) -> None:
+    mesh = init_device_mesh("cpu", (2, ws // 2), mesh_dim_names=("dp", "tp"))
+    shape = (4, 6)
+    g = torch.randn(shape, generator=torch.Generator().manual_seed(0))
+    d = distribute_tensor(g, mesh, [Shard(0), Shard(1)])
+    pairs = [dist.new_group([0, 1]), dist.new_group([2, 3])]  # every rank creates every group
+    with CommCounter() as c:
+        dist.all_reduce(torch.ones(2))
+        dist.all_reduce(torch.ones(2), group=pairs[rank // 2])
+        d.redistribute(mesh, [Shard(0), Replicate()])  # gathers over tp only
+    assert [(r.kind, r.group_size) for r in c.records] == [("all_reduce", ws), ("all_reduce", 2), ("all_gather", 2)]
+    # this dp row's full tensor, gathered over tp: half of g; a Shard(1) gather runs on dim 0 then
+    # rearranges, so the gathered buffer has g's elements, not g's row shape
+    assert c.records[2].elements == g.numel() // 2 and c.records[2].bytes == _nbytes(shape) // 2
+
+
+def test_plain_c10d_and_functional_collectives():
+    run_distributed(_c10d_body, 2)
+
+
+def test_autograd_function_forward_backward_and_scope():
+    run_distributed(_autograd_and_scope_body, 2)
+
+
+def test_dtensor_redistributes():
+    run_distributed(_dtensor_body, 2)
+
+
+def test_fsdp2_all_gather_and_reduce_scatter():
+    run_distributed(_fsdp_body, 2)
+
+
+def test_subgroup_sizes_world_size_4():
+    run_distributed(_subgroups_body, 4)

@@ -1,0 +1,340 @@
+"""Offline default data and tokenizer, plus local-file datasets, for torchtitan's text dataloader.
+
+Datasets (registered in torchtitan's ``DATASETS`` at import, so torchtitan's own
+``build_text_dataloader`` / ``build_text_validation_dataloader`` and its ``Validator`` find them):
+
+- ``stdlib`` / ``stdlib_validation``: the ``.py`` sources of the running interpreter's standard
+  library, present on every machine and identical wherever the Python version is. A file goes to
+  validation when the SHA-1 of its relative path is 0 mod 50 (~2% of files), so the split never
+  depends on the file system's listing order.
+- ``local``: ``training.dataset_path`` (``validation.dataset_path`` for validation), a ``.txt``
+  (one document per file), ``.jsonl`` (field ``text``) or ``.parquet`` (column ``text``) file, or a
+  folder of them. Held in memory, so for corpora beyond RAM use a streamed Hugging Face dataset.
+- any other name: torchtitan's own registry (``c4`` etc., which needs a network).
+
+Packing, sharding by data-parallel rank and checkpointable state are torchtitan's
+``HuggingFaceTextDataset``: these datasets are map-style ``datasets.Dataset``s, so its state is
+(sample index, token buffer) and a resumed run skips straight to the saved sample.
+
+The tokenizer is ``model.hf_assets_path`` when that folder holds a ``tokenizer.json``; otherwise a
+byte-level BPE trained (about a second) on the first ~4 MB of the ``stdlib`` training split and
+cached under ``<cache>/tokenizer-stdlib-v<vocab>-<hash>/``, where the hash covers the Python
+version, the corpus file list and the training recipe.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import functools
+import hashlib
+import json
+import os
+import platform
+import shutil
+import sysconfig
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from datasets import Dataset
+from tokenizers import decoders, models, pre_tokenizers, Tokenizer, trainers
+from torchtitan.components.dataloader import ParallelAwareDataloader
+from torchtitan.components.tokenizer import BaseTokenizer, HuggingFaceTokenizer
+from torchtitan.config import JobConfig
+from torchtitan.hf_datasets import DatasetConfig
+from torchtitan.hf_datasets.text_datasets import (
+    build_text_dataloader,
+    build_text_validation_dataloader,
+    DATASETS,
+)
+from torchtitan.tools.logging import logger
+
+BOS_TOKEN = "<|begin_of_text|>"
+EOS_TOKEN = "<|end_of_text|>"
+
+_EXCLUDED_STDLIB_DIRS = frozenset({"site-packages", "test", "tests", "idlelib", "lib2to3", "__pycache__"})
+_VALIDATION_MODULUS = 50  # 1 file in 50 → ~2% validation
+_TOKENIZER_TRAIN_CHARS = 4_000_000  # enough for a 2k-8k vocabulary, trains in about a second
+# Part of the cache key: bump it whenever the BPE recipe below changes, so stale caches are ignored.
+_BPE_RECIPE = "bytelevel-bpe/no-prefix-space/v1"
+# torchtitan's default points into its own source tree; outside it, it is not a user's choice.
+_TORCHTITAN_DEFAULT_ASSETS = "./tests/assets/tokenizer"
+LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
+
+
+# ----------------------------------------------------------------------------- stdlib corpus
+
+
+def stdlib_root() -> Path:
+    """The running interpreter's standard-library folder (the base one, also inside a venv)."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _path_hash(relative_path: str) -> int:
+    # SHA-1 rather than hash(): Python salts str hashes per process.
+    return int.from_bytes(hashlib.sha1(relative_path.encode()).digest()[:8], "big")
+
+
+def is_validation_file(relative_path: str) -> bool:
+    """Whether a stdlib file (posix path relative to :func:`stdlib_root`) is in the validation split."""
+    return _path_hash(relative_path) % _VALIDATION_MODULUS == 0
+
+
+@functools.cache
+def _stdlib_relative_paths() -> tuple[str, ...]:
+    # Cached: walking the stdlib takes a third of a second, and the tokenizer's cache key needs it too.
+    root = stdlib_root()
+    paths = []
+    for path in root.rglob("*.py"):
+        relative = path.relative_to(root)
+        if _EXCLUDED_STDLIB_DIRS.isdisjoint(relative.parts[:-1]):
+            paths.append(relative.as_posix())
+    return tuple(sorted(paths, key=lambda p: (_path_hash(p), p)))
+
+
+def stdlib_files(split: str) -> list[str]:
+    """Relative posix paths of the stdlib ``.py`` files in ``split`` ("train" or "validation").
+
+    The order is fixed but pseudo-random (sorted by path hash), not alphabetical: torchtitan gives
+    each data-parallel rank a contiguous shard, and the tokenizer trains on a prefix, and both
+    should see every package rather than the alphabetically first ones.
+    """
+    if split not in ("train", "validation"):
+        raise ValueError(f"stdlib split must be 'train' or 'validation', got {split!r}")
+    want_validation = split == "validation"
+    return [p for p in _stdlib_relative_paths() if is_validation_file(p) == want_validation]
+
+
+def _read_source(path: Path) -> str:
+    # A handful of stdlib files carry latin-1 bytes; replacing them keeps the corpus decodable.
+    return path.read_text(encoding="utf-8", errors="replace")
+
+
+def load_stdlib_dataset(split: str) -> Dataset:
+    """The stdlib split as a map-style dataset with one ``text`` row per source file."""
+    root = stdlib_root()
+    return Dataset.from_dict({"text": [_read_source(root / p) for p in stdlib_files(split)]})
+
+
+# ----------------------------------------------------------------------------- local files
+
+
+def local_text_files(dataset_path: str | None, config_field: str = "training.dataset_path") -> list[Path]:
+    """The ``.txt``/``.jsonl``/``.parquet`` files a ``local`` dataset reads, in sorted path order.
+
+    Raises a ``ValueError``/``FileNotFoundError`` naming ``config_field`` when the path is unset,
+    missing or holds no such file.
+    """
+    fix = f"set --{config_field} to a {'/'.join(LOCAL_SUFFIXES)} file or a folder of them"
+    if not dataset_path:
+        raise ValueError(f'dataset "local" reads {config_field}, which is not set: {fix}')
+    path = Path(dataset_path).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(f"{config_field} = {dataset_path!r} does not exist: {fix}")
+    if path.is_file():
+        files = [path] if path.suffix in LOCAL_SUFFIXES else []
+    else:
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOCAL_SUFFIXES)
+    if not files:
+        raise ValueError(f"{config_field} = {dataset_path!r} holds no {'/'.join(LOCAL_SUFFIXES)} file: {fix}")
+    return files
+
+
+def _read_jsonl_texts(path: Path) -> Iterator[str]:
+    with path.open(encoding="utf-8") as lines:
+        for line_number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if "text" not in record:
+                raise ValueError(f"{path}:{line_number} has no 'text' field (keys: {sorted(record)})")
+            yield record["text"]
+
+
+def _read_parquet_texts(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    if "text" not in pq.read_schema(path).names:
+        raise ValueError(f"{path} has no 'text' column (columns: {pq.read_schema(path).names})")
+    return pq.read_table(path, columns=["text"]).column("text").to_pylist()
+
+
+def load_local_dataset(dataset_path: str | None) -> Dataset:
+    """A ``local`` dataset: one ``text`` row per ``.txt`` file, ``.jsonl`` line or ``.parquet`` row."""
+    # The loader cannot tell training from validation; build_boost_*_dataloader checks first with
+    # the exact field, so this message only shows when torchtitan's Validator builds it directly.
+    files = local_text_files(dataset_path, "training.dataset_path (validation.dataset_path for validation)")
+    texts: list[str] = []
+    for path in files:
+        if path.suffix == ".txt":
+            texts.append(_read_source(path))
+        elif path.suffix == ".jsonl":
+            texts.extend(_read_jsonl_texts(path))
+        else:
+            texts.extend(_read_parquet_texts(path))
+    logger.info(f"Local dataset: {len(texts)} documents from {len(files)} files under {dataset_path}")
+    return Dataset.from_dict({"text": texts})
+
+
+# ----------------------------------------------------------------------------- registration
+
+
+def _sample_text(sample: dict) -> str:
+    return sample["text"]
+
+
+def register_datasets() -> None:
+    """Put ``stdlib``, ``stdlib_validation`` and ``local`` into torchtitan's ``DATASETS`` (idempotent)."""
+    # DatasetConfig.path is what torchtitan passes to the loader when dataset_path is unset.
+    DATASETS["stdlib"] = DatasetConfig(
+        path="stdlib", loader=lambda _path: load_stdlib_dataset("train"), sample_processor=_sample_text
+    )
+    DATASETS["stdlib_validation"] = DatasetConfig(
+        path="stdlib", loader=lambda _path: load_stdlib_dataset("validation"), sample_processor=_sample_text
+    )
+    DATASETS["local"] = DatasetConfig(path="", loader=load_local_dataset, sample_processor=_sample_text)
+
+
+def build_boost_dataloader(
+    dp_world_size: int,
+    dp_rank: int,
+    tokenizer: BaseTokenizer,
+    job_config: JobConfig,
+    infinite: bool = True,
+) -> ParallelAwareDataloader:
+    """torchtitan's ``build_text_dataloader`` with BOOST's datasets registered (a ``build_dataloader_fn``)."""
+    register_datasets()
+    if job_config.training.dataset.lower() == "local":
+        local_text_files(job_config.training.dataset_path, "training.dataset_path")
+    return build_text_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
+
+
+def build_boost_validation_dataloader(
+    dp_world_size: int,
+    dp_rank: int,
+    tokenizer: BaseTokenizer,
+    job_config: JobConfig,
+    infinite: bool = False,
+) -> ParallelAwareDataloader:
+    """torchtitan's ``build_text_validation_dataloader`` with BOOST's datasets registered."""
+    register_datasets()
+    if job_config.validation.dataset.lower() == "local":
+        local_text_files(job_config.validation.dataset_path, "validation.dataset_path")
+    return build_text_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
+
+
+# ----------------------------------------------------------------------------- tokenizer
+
+
+def boost_cache_dir(job_config: JobConfig) -> Path:
+    """``boost.cache_dir``, else ``$BOOST_CACHE``, else ``~/.cache/boost``."""
+    configured = job_config.boost.cache_dir or os.environ.get("BOOST_CACHE") or "~/.cache/boost"
+    return Path(configured).expanduser()
+
+
+def stdlib_tokenizer_dir(job_config: JobConfig) -> Path:
+    """Cache folder of the offline BPE for this vocabulary, Python version and corpus."""
+    vocab_size = job_config.boost.tokenizer_vocab_size
+    # python_version(), not sys.version: the latter names the build date and compiler, which
+    # differ between machines that hold the same standard library.
+    key = "\n".join([_BPE_RECIPE, str(_TOKENIZER_TRAIN_CHARS), platform.python_version(), *stdlib_files("train")])
+    digest = hashlib.sha1(key.encode()).hexdigest()[:10]
+    return boost_cache_dir(job_config) / f"tokenizer-stdlib-v{vocab_size}-{digest}"
+
+
+def _train_stdlib_bpe(vocab_size: int) -> Tokenizer:
+    """A byte-level BPE (GPT-2 style, lossless on any text) trained on the start of the stdlib train split."""
+    root, texts, n_chars = stdlib_root(), [], 0
+    for relative in stdlib_files("train"):
+        if n_chars >= _TOKENIZER_TRAIN_CHARS:
+            break
+        texts.append(_read_source(root / relative))
+        n_chars += len(texts[-1])
+    tokenizer = Tokenizer(models.BPE())
+    # No prefix space: decode(encode(s)) must give s back exactly, leading indentation included.
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[BOS_TOKEN, EOS_TOKEN],
+        # All 256 byte symbols up front, so no byte (hence no text) is ever out of vocabulary.
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(texts, trainer=trainer)
+    logger.info(f"Trained a {tokenizer.get_vocab_size()}-token byte-level BPE on {n_chars / 1e6:.1f}M stdlib chars")
+    return tokenizer
+
+
+@contextmanager
+def _exclusive_lock(lock_path: Path) -> Iterator[None]:
+    # Ranks of one node queue here, so one trains and the rest load its result.
+    with lock_path.open("a") as lock_file:
+        fcntl.flock(lock_file, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file, fcntl.LOCK_UN)
+
+
+def _publish_dir(staging: Path, target: Path) -> None:
+    """Rename a complete ``staging`` folder to ``target``; if another process got there first, keep theirs."""
+    try:
+        os.replace(staging, target)  # atomic: readers see no folder or a complete one
+    except OSError:
+        # Only reachable where flock does not serialise writers (e.g. some network file systems):
+        # the training is deterministic, so the winner's files equal ours.
+        shutil.rmtree(staging, ignore_errors=True)
+        if not (target / "tokenizer.json").exists():
+            raise
+
+
+def ensure_stdlib_tokenizer(job_config: JobConfig) -> Path:
+    """The offline tokenizer's folder, training and caching it on first use (safe under concurrent ranks)."""
+    target = stdlib_tokenizer_dir(job_config)
+    if (target / "tokenizer.json").exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive_lock(target.parent / f"{target.name}.lock"):
+        if (target / "tokenizer.json").exists():  # another rank trained it while we waited
+            return target
+        tokenizer = _train_stdlib_bpe(job_config.boost.tokenizer_vocab_size)
+        staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}-"))
+        staging.chmod(0o755)  # mkdtemp's 0700 would hide a shared cache from other users
+        tokenizer.save(str(staging / "tokenizer.json"))
+        # torchtitan's HuggingFaceTokenizer finds BOS/EOS ids through these two keys.
+        config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": BOS_TOKEN,
+            "eos_token": EOS_TOKEN,
+            "add_bos_token": True,
+            "add_eos_token": False,
+        }
+        (staging / "tokenizer_config.json").write_text(json.dumps(config, indent=2))
+        _publish_dir(staging, target)
+    logger.info(f"Cached the offline tokenizer in {target}")
+    return target
+
+
+def boost_tokenizer_dir(job_config: JobConfig) -> Path:
+    """``model.hf_assets_path`` when it holds a ``tokenizer.json``, else the cached offline BPE's folder."""
+    assets = job_config.model.hf_assets_path
+    if assets and (Path(assets).expanduser() / "tokenizer.json").is_file():
+        return Path(assets).expanduser()
+    if assets and assets != _TORCHTITAN_DEFAULT_ASSETS:
+        logger.warning(f"model.hf_assets_path = {assets!r} holds no tokenizer.json; using the offline stdlib BPE")
+    return ensure_stdlib_tokenizer(job_config)
+
+
+def build_boost_tokenizer(job_config: JobConfig) -> HuggingFaceTokenizer:
+    """The tokenizer of a BOOST run (a train spec's ``build_tokenizer_fn``)."""
+    return HuggingFaceTokenizer(str(boost_tokenizer_dir(job_config)))
+
+
+def boost_vocab_size(job_config: JobConfig) -> int:
+    """Vocabulary size of :func:`build_boost_tokenizer`'s tokenizer (sizes the model's embedding)."""
+    return build_boost_tokenizer(job_config).get_vocab_size()
+
+
+register_datasets()
