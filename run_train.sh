@@ -22,6 +22,9 @@ if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() el
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( ($(nproc) + NGPU - 1) / NGPU ))}
 fi
 
+# Refuse a bad configuration before any process starts (names the field and the fix).
+WORLD_SIZE="$NGPU" "$PYTHON" -m torchtitan_ext.validate --job.config_file "$CONFIG_FILE" "$@" || exit 2
+
 PYTORCH_ALLOC_CONF=${PYTORCH_ALLOC_CONF:-"expandable_segments:True"} \
 exec "$PYTHON" -m torch.distributed.run --nproc_per_node="$NGPU" --rdzv_backend c10d --rdzv_endpoint="localhost:0" \
   --local-ranks-filter "${LOG_RANK:-0}" --role rank --tee 3 \

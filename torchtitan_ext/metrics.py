@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from torchtitan.components.metrics import MetricsProcessor
 from torchtitan.tools.logging import logger
 
@@ -55,17 +57,17 @@ class BoostMetricsProcessor(MetricsProcessor):
             self._counter.__enter__()
 
     def _close(self, optimizer, args, kwargs) -> None:
-        if self._counter is None:
-            return
-        counter, self._counter = self._counter, None
-        counter.__exit__(None, None, None)
-        self._steps_counted += 1
-        self.last_comm = {
-            "bytes": counter.total_bytes(),
-            "count": counter.total_count(),
-            "by_kind": dict(counter.bytes),
-            "summary": counter.summary(),
-        }
+        if self._counter is not None:
+            counter, self._counter = self._counter, None
+            counter.__exit__(None, None, None)
+            self._steps_counted += 1
+            self.last_comm = {
+                "bytes": counter.total_bytes(),
+                "count": counter.total_count(),
+                "by_kind": dict(counter.bytes),
+                "summary": counter.summary(),
+            }
+        _refuse_non_finite(optimizer)  # after the counter: its one-element all-reduce is not the model's
 
     def log(self, step: int, global_avg_loss: float, global_max_loss: float, grad_norm: float,
             extra_metrics: dict[str, Any] | None = None):
@@ -76,8 +78,29 @@ class BoostMetricsProcessor(MetricsProcessor):
             for kind, nbytes in self.last_comm["by_kind"].items():
                 extra[f"boost/comm_bytes/{kind}"] = nbytes
         super().log(step, global_avg_loss, global_max_loss, grad_norm, extra_metrics=extra)
-        if self.last_comm is not None:
+        if self.last_comm and self.last_comm["count"]:
             logger.info(f"comm/step: {self.last_comm['summary']} (rank 0, all collectives of one step)")
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+def _refuse_non_finite(optimizer) -> None:
+    """Stop every rank before a NaN/inf update reaches the weights (and so any checkpoint)."""
+    local = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+             for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+    bad = torch.tensor([0.0 if all(torch.isfinite(g).all() for g in local) else 1.0])
+    if torch.distributed.is_initialized():
+        torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
+    if bad.item() == 0:
+        return
+    first = optimizer.param_groups[0]["params"][0]
+    done = int(optimizer.state.get(first, {}).get("step", 0))
+    raise NonFiniteLossError(
+        f"non-finite loss/gradients at step {done + 1}: stopped before the update; the last checkpoint "
+        "on disk is the last good one (lower optimizer.lr or check the data)"
+    )
 
 
 def build_boost_metrics_processor(job_config, parallel_dims, model_args=None, tag: str | None = None):

@@ -1,4 +1,5 @@
-"""Entry point: torchtitan's own ``main(Trainer)``, after the CPU adapter and BOOST's registration.
+"""Entry point: torchtitan's own ``main(Trainer)``, after the CPU adapter, BOOST's registration and
+an up-front check of the whole configuration.
 
 ``run_train.sh`` runs ``torchrun ... -m torchtitan_ext.train --job.config_file X.toml``.
 """
@@ -8,5 +9,10 @@ import torchtitan_ext.train_spec  # noqa: F401  (registers the "boost_llama" tra
 
 from torchtitan.train import main, Trainer
 
+from torchtitan_ext.checkpoint_guard import set_aside_corrupt_checkpoints
+from torchtitan_ext.validate import main as validate_config
+
 if __name__ == "__main__":
+    validate_config()  # exits with a message naming the field before any work starts
+    set_aside_corrupt_checkpoints()
     main(Trainer)

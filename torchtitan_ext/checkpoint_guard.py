@@ -1,0 +1,119 @@
+"""Check DCP checkpoints before torchtitan loads one; fall back past a truncated or corrupt one.
+
+torchtitan resumes from the highest ``step-N`` folder that has a ``.metadata`` file. A folder cut
+short by a kill, truncated by a full disk or tampered with would then fail deep inside the load (or
+worse, load). Before the trainer starts, every rank (read-only, so no coordination is needed) checks
+the candidates newest first:
+
+- ``.metadata`` unpickles under an allowlist of DCP's own metadata classes — so torch's own
+  unpickling of it afterwards cannot run arbitrary code (tensor payloads are raw bytes);
+- every storage item the metadata points at lies inside an existing file.
+
+The newest intact checkpoint is loaded (``--checkpoint.load_step`` is added), each skipped one is
+named with its reason, and nothing is deleted or overwritten.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import re
+import sys
+from pathlib import Path
+
+_ALLOWED_MODULES = (
+    "torch.distributed.checkpoint.metadata",
+    "torch.distributed.checkpoint.filesystem",
+    "torch.distributed.checkpoint.planner",
+    "torch.distributed.checkpoint._extension",
+    "torch.distributed.checkpoint._storage_utils",
+    "torch.distributed.checkpoint.storage",
+    "torch._utils",
+    "torch.serialization",
+    "collections",
+    "builtins",
+    "torch",
+)
+_ALLOWED_BUILTINS = {"dict", "list", "tuple", "set", "frozenset", "int", "float", "str", "bytes", "bool", "slice", "getattr"}
+
+
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if module == "builtins" and name not in _ALLOWED_BUILTINS:
+            raise pickle.UnpicklingError(f"refusing builtins.{name}")
+        if not any(module == m or module.startswith(m + ".") for m in _ALLOWED_MODULES):
+            raise pickle.UnpicklingError(f"refusing {module}.{name}")
+        return super().find_class(module, name)
+
+
+def inspect_checkpoint(path: Path) -> str | None:
+    """``None`` if the DCP folder at ``path`` is intact, else why it is not."""
+    meta_file = path / ".metadata"
+    if not meta_file.is_file():
+        return "no .metadata (the save did not finish)"
+    try:
+        metadata = _MetadataUnpickler(io.BytesIO(meta_file.read_bytes())).load()
+    except Exception as e:  # truncated or foreign pickle
+        return f"unreadable .metadata ({type(e).__name__}: {e})"
+    storage = getattr(metadata, "storage_data", None)
+    if not isinstance(storage, dict):
+        return ".metadata has no storage map"
+    sizes: dict[str, int] = {}
+    for info in storage.values():
+        rel = getattr(info, "relative_path", None)
+        if rel is None:
+            continue
+        if rel not in sizes:
+            f = path / rel
+            sizes[rel] = f.stat().st_size if f.is_file() else -1
+        if sizes[rel] < 0:
+            return f"missing data file {rel}"
+        if info.offset + info.length > sizes[rel]:
+            return f"data file {rel} is truncated ({sizes[rel]} bytes, needs {info.offset + info.length})"
+    return None
+
+
+def choose_checkpoint(folder: Path) -> tuple[int | None, list[tuple[int, str]]]:
+    """The newest intact step in ``folder`` and the newer ones skipped, with reasons."""
+    if not folder.is_dir():
+        return None, []
+    steps = sorted((int(m.group(1)) for p in folder.iterdir() if (m := re.fullmatch(r"step-(\d+)", p.name))), reverse=True)
+    skipped = []
+    for step in steps:
+        reason = inspect_checkpoint(folder / f"step-{step}")
+        if reason is None:
+            return step, skipped
+        skipped.append((step, reason))
+    return None, skipped
+
+
+def set_aside_corrupt_checkpoints(argv: list[str] | None = None) -> None:
+    """Point the trainer at the newest intact checkpoint (edits ``sys.argv``); exit if none is."""
+    from torchtitan.config import ConfigManager
+
+    argv = sys.argv if argv is None else argv
+    job = ConfigManager().parse_args(argv[1:])
+    ckpt = job.checkpoint
+    if not ckpt.enable or ckpt.create_seed_checkpoint:
+        return
+    folder = Path(job.job.dump_folder) / ckpt.folder
+    rank0 = os.environ.get("RANK", "0") == "0"
+    if ckpt.load_step != -1:
+        reason = inspect_checkpoint(folder / f"step-{ckpt.load_step}")
+        if reason is not None:
+            raise SystemExit(f"BOOST checkpoint error: checkpoint.load_step = {ckpt.load_step}: {reason}")
+        return
+    step, skipped = choose_checkpoint(folder)
+    for bad, reason in skipped:
+        if rank0:
+            print(f"BOOST: skipping checkpoint {folder / f'step-{bad}'}: {reason}", file=sys.stderr)
+    if skipped and step is None:
+        raise SystemExit(
+            f"BOOST checkpoint error: no intact checkpoint in {folder} ({len(skipped)} corrupt); move them away to "
+            "start from scratch"
+        )
+    if skipped:
+        if rank0:
+            print(f"BOOST: resuming from the newest intact checkpoint, step {step}", file=sys.stderr)
+        argv += ["--checkpoint.load_step", str(step)]
