@@ -9,7 +9,7 @@ the candidates newest first:
   unpickling of it afterwards cannot run arbitrary code (tensor payloads are raw bytes);
 - every storage item the metadata points at lies inside an existing file.
 
-The newest intact checkpoint is loaded (``--checkpoint.load_step`` is added), each skipped one is
+The newest intact checkpoint is loaded (``checkpoint.load_step`` is set), each skipped one is
 named with its reason, and nothing is deleted or overwritten.
 """
 
@@ -32,6 +32,7 @@ _ALLOWED_MODULES = (
     "torch._utils",
     "torch.serialization",
     "collections",
+    "pathlib",
     "builtins",
     "torch",
 )
@@ -88,12 +89,8 @@ def choose_checkpoint(folder: Path) -> tuple[int | None, list[tuple[int, str]]]:
     return None, skipped
 
 
-def set_aside_corrupt_checkpoints(argv: list[str] | None = None) -> None:
-    """Point the trainer at the newest intact checkpoint (edits ``sys.argv``); exit if none is."""
-    from torchtitan.config import ConfigManager
-
-    argv = sys.argv if argv is None else argv
-    job = ConfigManager().parse_args(argv[1:])
+def choose_load_step(job) -> None:
+    """Point ``job.checkpoint.load_step`` at the newest intact checkpoint; exit if none is intact."""
     ckpt = job.checkpoint
     if not ckpt.enable or ckpt.create_seed_checkpoint:
         return
@@ -107,7 +104,7 @@ def set_aside_corrupt_checkpoints(argv: list[str] | None = None) -> None:
     step, skipped = choose_checkpoint(folder)
     for bad, reason in skipped:
         if rank0:
-            print(f"BOOST: skipping checkpoint {folder / f'step-{bad}'}: {reason}", file=sys.stderr)
+            print(f"BOOST: skipping checkpoint {folder / f'step-{bad}'}: {reason}", file=sys.stderr, flush=True)
     if skipped and step is None:
         raise SystemExit(
             f"BOOST checkpoint error: no intact checkpoint in {folder} ({len(skipped)} corrupt); move them away to "
@@ -115,5 +112,5 @@ def set_aside_corrupt_checkpoints(argv: list[str] | None = None) -> None:
         )
     if skipped:
         if rank0:
-            print(f"BOOST: resuming from the newest intact checkpoint, step {step}", file=sys.stderr)
-        argv += ["--checkpoint.load_step", str(step)]
+            print(f"BOOST: resuming from the newest intact checkpoint, step {step}", file=sys.stderr, flush=True)
+        ckpt.load_step = step

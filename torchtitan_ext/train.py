@@ -1,18 +1,33 @@
-"""Entry point: torchtitan's own ``main(Trainer)``, after the CPU adapter, BOOST's registration and
-an up-front check of the whole configuration.
+"""Entry point: torchtitan's own ``main``, with a trainer that first checks the whole configuration
+and the checkpoint it would resume from — before any process group, data or model exists.
 
 ``run_train.sh`` runs ``torchrun ... -m torchtitan_ext.train --job.config_file X.toml``.
 """
+
+import os
+import sys
 
 import torchtitan_ext.cpu  # noqa: F401  (must precede every torchtitan import)
 import torchtitan_ext.train_spec  # noqa: F401  (registers the "boost_llama" train spec)
 
 from torchtitan.train import main, Trainer
 
-from torchtitan_ext.checkpoint_guard import set_aside_corrupt_checkpoints
-from torchtitan_ext.validate import main as validate_config
+from torchtitan_ext.checkpoint_guard import choose_load_step
+from torchtitan_ext.validate import ConfigError, check_config
+
+
+class BoostTrainer(Trainer):
+    """torchtitan's ``Trainer``, unchanged once constructed."""
+
+    def __init__(self, job_config):
+        try:
+            check_config(job_config, int(os.environ.get("WORLD_SIZE", "1")))
+        except ConfigError as e:
+            print(f"BOOST config error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+        choose_load_step(job_config)
+        super().__init__(job_config)
+
 
 if __name__ == "__main__":
-    validate_config()  # exits with a message naming the field before any work starts
-    set_aside_corrupt_checkpoints()
-    main(Trainer)
+    main(BoostTrainer)
