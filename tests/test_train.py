@@ -117,9 +117,9 @@ def test_fsdp_times_tp_tracks_fsdp(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("ngpu", [1, 2])
-def test_resume_continues_the_same_curve(tmp_path, ngpu):
-    tp = ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"] if ngpu == 2 else []
+def test_resume_continues_the_same_curve(tmp_path):
+    # world size 1 here; tp=2 resume onto the same curve is test_fault_tolerance's SIGKILL test
+    ngpu, tp = 1, []
     common = ["--validation.no-enable", "--lr_scheduler.total_steps", "20", "--lr_scheduler.warmup_steps", "5",
               "--checkpoint.interval", "10", *tp]
     straight = losses(run_train(tmp_path, *common, ngpu=ngpu, steps=20, folder="straight"))

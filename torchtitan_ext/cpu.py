@@ -94,27 +94,36 @@ class _ProfileWithoutNone(torch.profiler.profile):
         super().__init__(*args, activities=activities, **kwargs)
 
 
+_COPIES = (  # torchtitan modules that copy device_type / device_module at their import
+    "torchtitan.tools.utils",
+    "torchtitan.components.metrics",
+    "torchtitan.distributed.utils",
+    "torchtitan.distributed.parallel_dims",
+    "torchtitan.tools.profiling",
+)
+
+
 def install() -> bool:
     """Apply the adaptation if there is no accelerator; return whether the trainer will use the CPU."""
     if not _ON_CPU:
         return False
-    if "torchtitan.tools.utils" in sys.modules:
-        import torchtitan.tools.utils as tt_utils
-
-        if tt_utils.device_type != "cpu":
-            raise RuntimeError(
-                "torchtitan was imported before torchtitan_ext.cpu; import torchtitan_ext.cpu first "
-                "(run_train.sh and `python -m torchtitan_ext.train` do)"
-            )
-        return True
     device_module = CPUDeviceModule()
-    saved = torch._utils._get_available_device_type, torch._utils._get_device_module
-    torch._utils._get_available_device_type = lambda: "cpu"
-    torch._utils._get_device_module = lambda device_type=None: device_module
-    try:
-        import torchtitan.tools.utils  # noqa: F401  (captures "cpu" and the stand-in)
-    finally:
-        torch._utils._get_available_device_type, torch._utils._get_device_module = saved
+    if "torchtitan.tools.utils" not in sys.modules:
+        saved = torch._utils._get_available_device_type, torch._utils._get_device_module
+        torch._utils._get_available_device_type = lambda: "cpu"
+        torch._utils._get_device_module = lambda device_type=None: device_module
+        try:
+            import torchtitan.tools.utils  # noqa: F401  (captures "cpu" and the stand-in)
+        finally:
+            torch._utils._get_available_device_type, torch._utils._get_device_module = saved
+    # torchtitan may have been imported first (e.g. by a test process): fix the copies it made.
+    for name in _COPIES:
+        module = sys.modules.get(name)
+        if module is not None:
+            if getattr(module, "device_type", "cpu") != "cpu":
+                module.device_type = "cpu"
+            if hasattr(module, "device_module") and not isinstance(module.device_module, CPUDeviceModule):
+                module.device_module = device_module
     torch.profiler.profile = _ProfileWithoutNone
     return True
 

@@ -1,0 +1,86 @@
+"""The three system optimisations on and off, measured in one run on CPU/gloo at TP=2.
+
+    python -m bench.ablations --flavour 60M --seq 256 --batch 8 --reps 5
+
+Rows: grouping on/off (online norm), online vs sync norm (grouped), activation checkpointing
+none / full / lowrank. Columns: collectives and bytes per step (counted), median step time over
+interleaved repetitions, forward-held activation memory (RSS delta, see boost.memory).
+The last block gives ΔMemory/ΔTime of lowrank and full AC against none.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+
+import torch
+
+from bench.harness import build, count_step, median, mesh_of, spawn, train_step
+
+VARIANTS = {
+    "grouped + online (BOOST)": dict(grouped=True, norm="online", ac="none"),
+    "ungrouped (norm sync)": dict(grouped=False, norm="online", ac="none"),
+    "grouped + sync norm": dict(grouped=True, norm="sync", ac="none"),
+    "AC full": dict(grouped=True, norm="online", ac="full"),
+    "AC lowrank": dict(grouped=True, norm="online", ac="lowrank"),
+}
+
+
+def _body(rank, world_size, flavour, seq, batch, reps, warmup):
+    mesh = mesh_of(world_size)
+    tokens = torch.randint(0, 2048, (batch, seq), generator=torch.Generator().manual_seed(0))
+    out = {}
+    comm = {}
+    runs = {}
+    for name, kw in VARIANTS.items():
+        runs[name] = build(flavour, "cola", "btp", mesh, seq=seq, **kw)
+        comm[name] = count_step(*runs[name], tokens)
+    times = {name: [] for name in runs}
+    held = {name: [] for name in runs}
+    for _ in range(warmup):
+        for name in runs:
+            train_step(*runs[name], tokens)
+    for _ in range(reps):
+        for name in runs:
+            t, h = train_step(*runs[name], tokens, measure_memory=True)
+            times[name].append(t)
+            held[name].append(h)
+    for name in runs:
+        out[name] = (comm[name].total_count(), comm[name].total_bytes(), median(times[name]), median(held[name]))
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--tp", type=int, default=2)
+    p.add_argument("--flavour", default="60M")
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--warmup", type=int, default=2)
+    a = p.parse_args()
+    res = spawn(_body, a.tp, a.flavour, a.seq, a.batch, a.reps, a.warmup)
+    lines = [
+        f"# Ablations at TP={a.tp} on CPU/gloo — CoLA {a.flavour}, seq {a.seq}, batch {a.batch}, {a.reps} interleaved reps",
+        f"date {datetime.date.today()}; command: python -m bench.ablations --tp {a.tp} --flavour {a.flavour} "
+        f"--seq {a.seq} --batch {a.batch} --reps {a.reps}",
+        "",
+        "| variant | collectives/step | MiB/step | step s (median) | activation MiB (fwd-held, rank 0) |",
+        "|---|---|---|---|---|",
+    ]
+    for name, (count, nbytes, t, held) in res.items():
+        lines.append(f"| {name} | {count} | {nbytes / 2**20:.2f} | {t:.3f} | {held / 2**20:.1f} |")
+    base_t, base_m = res["grouped + online (BOOST)"][2], res["grouped + online (BOOST)"][3]
+    lines += ["", "| AC mode | ΔMemory MiB | ΔTime s | ΔMemory/ΔTime (MiB/s) |", "|---|---|---|---|"]
+    rate = {}
+    for mode in ("AC full", "AC lowrank"):
+        dm, dt = (base_m - res[mode][3]) / 2**20, res[mode][2] - base_t
+        rate[mode] = dm / dt if dt > 0 else float("inf")
+        lines.append(f"| {mode} | {dm:.1f} | {dt:.3f} | {rate[mode]:.1f} |")
+    if rate["AC full"] not in (0, float("inf")):
+        lines.append(f"\nlowrank/full rate ratio: {rate['AC lowrank'] / rate['AC full']:.2f}× (target ≥ 1.5×)")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""Per-layer and per-step tensor-parallel communication of megatron, vanilla and btp, debug…30B.
+
+    python -m bench.comm_table [--batch 4 --seq 4096 --dtype-bytes 2] [--png bench/results/comm_bytes.png]
+
+From the closed forms of ``boost.comm_volume``, which tests/test_comm_volume.py checks against the
+counter (``boost.comms.CommCounter``) on real gloo runs at small shapes, TP 2 and 4.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from boost import FLAVOURS, ModelArgs
+from boost.comm_volume import per_layer, total
+
+
+def rows(batch: int, seq: int, dtype_bytes: int, tps=(2, 4, 8)):
+    tokens = batch * seq
+    for flavour in FLAVOURS:
+        for tp in tps:
+            low = ModelArgs.from_flavour(flavour, linear="cola", vocab_size=32000)
+            if low.kv_heads % tp or low.n_heads % tp:
+                continue
+            cases = {
+                "megatron": per_layer(ModelArgs.from_flavour(flavour, linear="full", vocab_size=32000), "megatron", tokens),
+                "vanilla": per_layer(ModelArgs.from_flavour(flavour, linear="cola", vocab_size=32000, group_linears=False),
+                                     "vanilla", tokens),
+                "btp (online)": per_layer(low, "btp", tokens, norm="online"),
+                "btp (sync)": per_layer(low, "btp", tokens, norm="sync"),
+            }
+            for scheme, vol in cases.items():
+                fc, fe = total(vol["forward"])
+                bc, be = total(vol["backward"])
+                yield flavour, tp, scheme, fc, fe * dtype_bytes, bc, be * dtype_bytes, low.n_layers
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--batch", type=int, default=4)
+    p.add_argument("--seq", type=int, default=4096)
+    p.add_argument("--dtype-bytes", type=int, default=2)
+    p.add_argument("--png", default="")
+    a = p.parse_args()
+    print(f"# TP communication per layer (b={a.batch}, s={a.seq}, {a.dtype_bytes}-byte elements); "
+          "per step = per layer × layers, forward + backward\n")
+    print("| flavour | TP | scheme | fwd collectives | fwd MiB/layer | bwd collectives | bwd MiB/layer | GiB/step |")
+    print("|---|---|---|---|---|---|---|---|")
+    data = list(rows(a.batch, a.seq, a.dtype_bytes))
+    for flavour, tp, scheme, fc, fb, bc, bb, layers in data:
+        print(f"| {flavour} | {tp} | {scheme} | {fc} | {fb / 2**20:.1f} | {bc} | {bb / 2**20:.1f} | "
+              f"{(fb + bb) * layers / 2**30:.2f} |")
+    if a.png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 4))
+        flavours = [f for f in FLAVOURS if f != "debug"]
+        for scheme in ("megatron", "vanilla", "btp (online)"):
+            ys = [next(fb for fl, tp, sc, _, fb, *_ in data if fl == f and tp == 4 and sc == scheme) / 2**20 for f in flavours]
+            ax.plot(flavours, ys, marker="o", label=scheme)
+        ax.set_yscale("log")
+        ax.set_ylabel("forward MiB per layer (TP=4)")
+        ax.set_title(f"TP communication per layer, b={a.batch}, s={a.seq}, bf16")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(a.png, dpi=120)
+        print(f"\nwrote {a.png}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Convergence: dense vs svd / cola / lax on the default corpus, same tokens, schedule and seed,
+plus cola under BTP at TP=2 overlaid on the single-process cola curve.
+
+    python -m bench.convergence --flavour debug --steps 300 [--png bench/results/convergence.png]
+
+Runs the real trainer (run_train.sh) for each, reads the losses and validation losses from the
+logs, prints loss against tokens and against wall time (time-to-loss), and draws the curves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = [("full", 1, []), ("svd", 1, []), ("cola", 1, []), ("lax", 1, []),
+        ("cola", 2, ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"])]
+
+
+def train(kind: str, ngpu: int, extra: list[str], args, out: Path) -> tuple[list[tuple[int, float, float]], float]:
+    cmd = ["./run_train.sh", "--job.dump_folder", str(out), "--boost.linear", kind, "--model.flavor", args.flavour,
+           "--training.steps", str(args.steps), "--checkpoint.no-enable", "--metrics.log_freq", "10",
+           "--validation.freq", str(max(10, args.steps // 10)), *extra]
+    if kind == "full" and ngpu > 1:
+        cmd += ["--boost.tp_scheme", "megatron"]
+    start = time.time()
+    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, NGPU=str(ngpu), PYTHON=sys.executable),
+                          capture_output=True, text=True)
+    if proc.returncode:
+        raise SystemExit(proc.stdout[-3000:] + proc.stderr[-3000:])
+    log = proc.stdout + proc.stderr
+    stamps = re.findall(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - \S*validate step:\s+(\d+)\s+\S*loss:\s+([\d.]+)", log)
+    t0 = None
+    points = []
+    for clock, step, loss in stamps:
+        h, m, s = map(int, clock.split(":"))
+        sec = h * 3600 + m * 60 + s
+        t0 = sec if t0 is None else t0
+        points.append((int(step), float(loss), sec - t0))
+    return points, time.time() - start
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--flavour", default="debug")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--png", default="")
+    p.add_argument("--out", default="outputs/convergence")
+    a = p.parse_args()
+    tokens_per_step = 8 * 256  # debug_cola.toml's local_batch_size × seq_len (DP degree 1 in every run)
+    results = {}
+    for kind, ngpu, extra in RUNS:
+        label = f"{kind}" + (f" (btp, TP={ngpu})" if ngpu > 1 else "")
+        results[label] = train(kind, ngpu, extra, a, Path(a.out) / label.replace(" ", "_").replace(",", ""))
+    print(f"# Validation loss vs tokens, {a.flavour}, {a.steps} steps, stdlib corpus\n")
+    print("| run | final val loss | tokens | wall s |")
+    print("|---|---|---|---|")
+    for label, (points, wall) in results.items():
+        step, loss, _ = points[-1]
+        print(f"| {label} | {loss:.4f} | {step * tokens_per_step:,} | {wall:.0f} |")
+    if a.png:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
+        for label, (points, _) in results.items():
+            ax1.plot([s * tokens_per_step for s, _, _ in points], [v for _, v, _ in points], marker=".", label=label)
+            ax2.plot([t for *_, t in points], [v for _, v, _ in points], marker=".", label=label)
+        ax1.set_xlabel("tokens")
+        ax2.set_xlabel("wall seconds (CPU)")
+        for ax in (ax1, ax2):
+            ax.set_ylabel("validation loss")
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(a.png, dpi=120)
+        print(f"\nwrote {a.png}")
+
+
+if __name__ == "__main__":
+    main()
