@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import loss_parallel
 
 from boost import ModelArgs, Transformer
-from boost.comms import CommCounter
+from boost.comm_counter import CommCounter
 from boost.memory import forward_held_bytes
 from boost.parallel import apply_lowrank_ac, apply_tp
 

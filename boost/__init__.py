@@ -9,7 +9,7 @@ Example::
     True
 """
 
-from boost.comms import CommCounter
+from boost.comm_counter import CommCounter
 from boost.model import FLAVOURS, ModelArgs, Transformer, flops_per_token
 from boost.parallel import BoostParallelStyle, apply_lowrank_ac, apply_tp
 

@@ -31,16 +31,17 @@ scatter/gather  the tensor scattered from / gathered to the root (as every rank 
 ``distribute_tensor`` itself scatters (``Shard``) or broadcasts (``Replicate``) from rank 0: build
 DTensors outside the counter unless that traffic is meant to be counted.
 
-Counts accumulate over every ``with`` block until ``reset()``. As under torch's ``CommDebugMode``,
+Counts accumulate over every ``with`` block until ``reset()``. A record says whether autograd was
+running a backward pass when the collective was issued. As under torch's ``CommDebugMode``,
 ``torch.compile`` runs eagerly inside this mode: check compiled graphs' collectives with
 ``torch._inductor.utils.run_and_get_code`` instead.
 
 Example::
 
     >>> with CommCounter() as comm:
-    ...     model(tokens).sum().backward()
-    >>> comm.counts["all_reduce"], comm.bytes["all_reduce"]
-    (16, 1835008)
+    ...     dist.all_reduce(torch.ones(3, 5))
+    >>> comm.counts["all_reduce"], comm.bytes["all_reduce"], comm.records[0].shape
+    (1, 60, (3, 5))
 """
 
 from __future__ import annotations
@@ -78,57 +79,37 @@ def _each(ts) -> list[tuple[Shape, torch.dtype]]:
     return [_full(t) for t in ts]
 
 
-def _arg0(a, n):
-    return [_full(a[0])]
-
-
-def _arg1(a, n):
-    return [_full(a[1])]
-
-
-def _each0(a, n):
-    return _each(a[0])
-
-
-def _each1(a, n):
-    return _each(a[1])
-
-
-def _times_n0(a, n):  # every rank's tensors in a[0], stacked over the group's n ranks
-    return [_full(t, n) for t in a[0]]
-
-
 # (namespace, op name) -> (kind, (args, group size) -> [(full shape, dtype)] of each payload tensor)
 _SIZES = {
-    (_F, "all_reduce"): ("all_reduce", _arg0),
-    (_F, "all_reduce_"): ("all_reduce", _arg0),
-    (_F, "all_reduce_coalesced"): ("all_reduce", _each0),
-    (_F, "all_reduce_coalesced_"): ("all_reduce", _each0),
+    (_F, "all_reduce"): ("all_reduce", lambda a, n: [_full(a[0])]),
+    (_F, "all_reduce_"): ("all_reduce", lambda a, n: [_full(a[0])]),
+    (_F, "all_reduce_coalesced"): ("all_reduce", lambda a, n: _each(a[0])),
+    (_F, "all_reduce_coalesced_"): ("all_reduce", lambda a, n: _each(a[0])),
     (_F, "all_gather_into_tensor"): ("all_gather", lambda a, n: [_full(a[0], n)]),
     (_F, "all_gather_into_tensor_out"): ("all_gather", lambda a, n: [_full(a[0], n)]),
-    (_F, "all_gather_into_tensor_coalesced"): ("all_gather", _times_n0),
-    (_F, "reduce_scatter_tensor"): ("reduce_scatter", _arg0),
-    (_F, "reduce_scatter_tensor_out"): ("reduce_scatter", _arg0),
-    (_F, "reduce_scatter_tensor_coalesced"): ("reduce_scatter", _each0),
-    (_F, "all_to_all_single"): ("all_to_all", _arg0),
-    (_F, "broadcast"): ("broadcast", _arg0),
-    (_F, "broadcast_"): ("broadcast", _arg0),
-    (_C, "allreduce_"): ("all_reduce", _each0),
-    (_C, "allreduce_coalesced_"): ("all_reduce", _each0),
-    (_C, "_allgather_base_"): ("all_gather", _arg0),
+    (_F, "all_gather_into_tensor_coalesced"): ("all_gather", lambda a, n: [_full(t, n) for t in a[0]]),
+    (_F, "reduce_scatter_tensor"): ("reduce_scatter", lambda a, n: [_full(a[0])]),
+    (_F, "reduce_scatter_tensor_out"): ("reduce_scatter", lambda a, n: [_full(a[0])]),
+    (_F, "reduce_scatter_tensor_coalesced"): ("reduce_scatter", lambda a, n: _each(a[0])),
+    (_F, "all_to_all_single"): ("all_to_all", lambda a, n: [_full(a[0])]),
+    (_F, "broadcast"): ("broadcast", lambda a, n: [_full(a[0])]),
+    (_F, "broadcast_"): ("broadcast", lambda a, n: [_full(a[0])]),
+    (_C, "allreduce_"): ("all_reduce", lambda a, n: _each(a[0])),
+    (_C, "allreduce_coalesced_"): ("all_reduce", lambda a, n: _each(a[0])),
+    (_C, "_allgather_base_"): ("all_gather", lambda a, n: [_full(a[0])]),
     (_C, "allgather_"): ("all_gather", lambda a, n: [_cat(per_rank) for per_rank in a[0]]),
     (_C, "allgather_coalesced_"): ("all_gather", lambda a, n: [_cat(col) for col in zip(*a[0])]),
-    (_C, "allgather_into_tensor_coalesced_"): ("all_gather", _each0),
-    (_C, "_reduce_scatter_base_"): ("reduce_scatter", _arg1),
+    (_C, "allgather_into_tensor_coalesced_"): ("all_gather", lambda a, n: _each(a[0])),
+    (_C, "_reduce_scatter_base_"): ("reduce_scatter", lambda a, n: [_full(a[1])]),
     (_C, "reduce_scatter_"): ("reduce_scatter", lambda a, n: [_cat(per_rank) for per_rank in a[1]]),
-    (_C, "reduce_scatter_tensor_coalesced_"): ("reduce_scatter", _each1),
-    (_C, "alltoall_base_"): ("all_to_all", _arg1),
+    (_C, "reduce_scatter_tensor_coalesced_"): ("reduce_scatter", lambda a, n: _each(a[1])),
+    (_C, "alltoall_base_"): ("all_to_all", lambda a, n: [_full(a[1])]),
     (_C, "alltoall_"): ("all_to_all", lambda a, n: [_cat(a[1])]),
-    (_C, "broadcast_"): ("broadcast", _each0),
+    (_C, "broadcast_"): ("broadcast", lambda a, n: _each(a[0])),
     # rooted ops: sized from what every rank holds, so that all ranks count the same
-    (_C, "scatter_"): ("scatter", _times_n0),  # each rank's output shard × n
+    (_C, "scatter_"): ("scatter", lambda a, n: [_full(t, n) for t in a[0]]),  # each rank's output shard × n
     (_C, "gather_"): ("gather", lambda a, n: [_full(t, n) for t in a[1]]),  # each rank's input × n
-    (_C, "reduce_"): ("reduce", _each0),
+    (_C, "reduce_"): ("reduce", lambda a, n: _each(a[0])),
     (_C, "barrier"): ("barrier", lambda a, n: []),
     (_C, "monitored_barrier_"): ("barrier", lambda a, n: []),
 }
@@ -161,7 +142,9 @@ def _group_size(func, args) -> int | None:
 class CollectiveRecord:
     kind: str
     op: str  # the dispatched op, e.g. "c10d._allgather_base_"
-    shapes: tuple[Shape, ...]  # full (un-sharded) shape of each tensor; several only for coalesced ops
+    # Full (un-sharded) shape of each tensor, several only for coalesced ops, laid out as the
+    # collective sees it: gathers stack on dim 0 (a Shard(1) gather's buffer is (n·rows, cols/n)).
+    shapes: tuple[Shape, ...]
     dtype: torch.dtype | None
     elements: int
     bytes: int
@@ -235,9 +218,8 @@ class CommCounter(TorchDispatchMode):
         return sum(self.counts.values())
 
     def summary(self) -> str:
-        """One line per kind for logs, e.g. ``all_reduce       16×   1.75 MiB``."""
-        lines = [f"{k:<16}{n:>5}×  {_human(self.bytes[k]):>10}" for k, n in sorted(self.counts.items()) if n]
-        return "\n".join(lines) or "no collectives"
+        """One line for logs, e.g. ``all_gather 2× 64.00 KiB, all_reduce 16× 1.75 MiB``."""
+        return ", ".join(f"{k} {n}× {_human(self.bytes[k])}" for k, n in sorted(self.counts.items()) if n) or "none"
 
 
 def _human(n: float) -> str:

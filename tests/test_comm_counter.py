@@ -3,6 +3,7 @@ sized as the un-sharded payload on one rank. Expected sizes come from the shapes
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
@@ -21,13 +22,13 @@ def _nbytes(shape, dtype=torch.float32) -> int:
 
 def _c10d_body(rank: int, ws: int) -> None:
     x = torch.randn(3, 5)
-    full = (ws * 3, 5)  # the gathered / scattered tensor
+    full = (ws * x.shape[0], *x.shape[1:])  # the gathered / scattered tensor
     with CommCounter() as c:
         dist.all_reduce(x)
     assert dict(c.counts) == {"all_reduce": 1} and c.bytes["all_reduce"] == _nbytes(x.shape)
     (r,) = c.records
     assert (r.shape, r.dtype, r.group_size, r.backward, r.op) == ((3, 5), torch.float32, ws, False, "c10d.allreduce_")
-    assert c.summary().splitlines() == [f"all_reduce{'':<6}{1:>5}×  {'60 B':>10}"]
+    assert c.summary() == f"all_reduce 1× {_nbytes(x.shape)} B"
 
     c.reset()
     with c:
@@ -39,25 +40,32 @@ def _c10d_body(rank: int, ws: int) -> None:
         dist.broadcast(x, src=0)
     assert dict(c.counts) == {"all_reduce": 1, "all_gather": 2, "reduce_scatter": 1, "all_to_all": 1, "broadcast": 1}
     assert c.bytes["all_reduce"] == _nbytes(x.shape, torch.float64)
-    assert c.bytes["all_gather"] == 2 * _nbytes(full) and c.elements["all_gather"] == 2 * ws * 15
+    assert c.bytes["all_gather"] == 2 * _nbytes(full) and c.elements["all_gather"] == 2 * ws * x.numel()
     # gloo runs the reduce-scatter as all-reduce + chunk inside the op: still one reduce_scatter
     assert c.bytes["reduce_scatter"] == c.bytes["all_to_all"] == _nbytes(full)
     assert c.bytes["broadcast"] == _nbytes(x.shape)
-    assert [r.shape for r in c.records] == [(3, 5), full, full, full, full, (3, 5)]
+    assert [r.shape for r in c.records] == [x.shape, full, full, full, full, x.shape]
     assert c.total_count() == 6 and c.total_bytes() == sum(r.bytes for r in c.records)
-    assert len(c.summary().splitlines()) == 5
+    assert len(c.summary().split(", ")) == 5
 
     # Functional collectives: the op counts, its wait_tensor does not; a coalesced op counts once.
     c.reset()
     group = dist.group.WORLD
     with c:
         funcol.all_reduce(x, "sum", group).wait()
-        outs = funcol.all_reduce_coalesced([torch.ones(2), torch.ones(3, 4)], "sum", group)
-        [o.wait() for o in outs]
+        pair = [torch.ones(2), torch.ones(3, 4)]
+        for out in funcol.all_reduce_coalesced(pair, "sum", group):
+            out.wait()
         funcol.all_to_all_single(torch.randn(full), None, None, group).wait()
-    assert dict(c.counts) == {"all_reduce": 2, "all_to_all": 1}
-    assert c.elements["all_reduce"] == 15 + 2 + 12 and c.records[1].shapes == ((2,), (3, 4))
-    assert c.elements["all_to_all"] == ws * 15
+        # the autograd variant: its _c10d_functional_autograd op is not seen, only the
+        # all_to_all_single it issues in forward and in backward
+        leaf = torch.randn(full, requires_grad=True)
+        funcol.all_to_all_single_autograd(leaf, None, None, group).sum().backward()
+    assert dict(c.counts) == {"all_reduce": 2, "all_to_all": 3}
+    assert c.elements["all_reduce"] == x.numel() + sum(t.numel() for t in pair)
+    assert c.records[1].shapes == tuple(t.shape for t in pair)
+    assert c.elements["all_to_all"] == 3 * ws * x.numel()
+    assert [r.backward for r in c.records if r.kind == "all_to_all"] == [False, False, True]
 
 
 class _AllGatherForward(torch.autograd.Function):
@@ -105,10 +113,10 @@ def _autograd_and_scope_body(rank: int, ws: int) -> None:
 
     counter.reset()
     assert counter.total_count() == counter.total_bytes() == 0 and counter.records == []
-    assert counter.summary() == "no collectives"
+    assert counter.summary() == "none"
     with counter:
         _AllGatherForward.apply(x).pow(2).sum().backward()
-    full = (ws * 3, 5)
+    full = (ws * x.shape[0], *x.shape[1:])
     assert [(r.kind, r.shape, r.backward) for r in counter.records] == [
         ("all_gather", full, False),
         ("reduce_scatter", full, True),
@@ -186,6 +194,9 @@ def _fsdp_body(rank: int, ws: int) -> None:
     root = sum(p.numel() for p in model[2].parameters())
     fully_shard(model[0])  # reshards after forward: all-gathered again in backward
     fully_shard(model, reshard_after_forward=False)
+    # fp32 without a divide factor reduce-scatters with ReduceOp.AVG, which gloo accepts. A
+    # set_gradient_divide_factor(f != ws) would pick PREMUL_SUM, which gloo refuses, unless
+    # set_force_sum_reduction_for_comms(True) (SUM, then divide): the same collectives either way.
     with CommCounter() as c:
         model(torch.randn(3, 8)).pow(2).sum().backward()
     forward, backward = c.direction(backward=False), c.direction(backward=True)
@@ -229,5 +240,13 @@ def test_fsdp2_all_gather_and_reduce_scatter():
     run_distributed(_fsdp_body, 2)
 
 
+@pytest.mark.slow  # four processes on two cores: ~15 s
 def test_subgroup_sizes_world_size_4():
     run_distributed(_subgroups_body, 4)
+
+
+def test_summary_is_one_line_in_readable_units():
+    counter = CommCounter()
+    counter.counts.update(all_reduce=16, reduce_scatter=1, all_gather=0)
+    counter.bytes.update(all_reduce=7 * 2**18, reduce_scatter=3 * 2**30)  # 1.75 MiB, 3 GiB
+    assert counter.summary() == "all_reduce 16× 1.75 MiB, reduce_scatter 1× 3.00 GiB"

@@ -12,7 +12,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 
 from boost import ModelArgs, Transformer
 from boost.comm_volume import per_layer, total
-from boost.comms import CommCounter
+from boost.comm_counter import CommCounter
 from boost.parallel import apply_tp
 from tests.distributed import run_distributed
 

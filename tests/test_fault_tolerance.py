@@ -48,6 +48,39 @@ def test_foreign_pickle_in_metadata_is_refused(tmp_path):
     assert choose_checkpoint(tmp_path) == (None, [(5, inspect_checkpoint(bad))])
 
 
+class _RunsACommand:  # what a tampered checkpoint item would carry
+    def __reduce__(self):
+        return (os.system, ("echo pwned",))
+
+
+def test_checkpoint_items_outside_the_weights_only_allowlist_are_refused(tmp_path):
+    import torch
+    import torch.distributed.checkpoint as dcp
+
+    from torchtitan_ext.checkpoint_guard import inspect_checkpoint
+
+    plain = {"w": torch.arange(6.0), "train_state": {"step": 7, "losses": [1.5, 2.5]}}
+    dcp.save(plain, checkpoint_id=tmp_path / "step-1", no_dist=True)
+    assert inspect_checkpoint(tmp_path / "step-1") is None
+
+    dcp.save({**plain, "train_state": _RunsACommand()}, checkpoint_id=tmp_path / "step-2", no_dist=True)
+    reason = inspect_checkpoint(tmp_path / "step-2")
+    assert reason is not None and "train_state" in reason and "weights-only" in reason
+
+    # a torch-namespace gadget in .metadata is refused too, not only foreign modules
+    import pickle
+
+    import torch.utils.cpp_extension
+
+    class Gadget:
+        def __reduce__(self):
+            return (torch.utils.cpp_extension.load_inline, ("x", ""))
+
+    (tmp_path / "step-3").mkdir()
+    (tmp_path / "step-3" / ".metadata").write_bytes(pickle.dumps(Gadget()))
+    assert "refusing torch.utils.cpp_extension.load_inline" in inspect_checkpoint(tmp_path / "step-3")
+
+
 @pytest.mark.slow
 def test_non_finite_loss_stops_with_the_step_and_keeps_good_checkpoints(tmp_path):
     env = dict(os.environ, NGPU="1", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))

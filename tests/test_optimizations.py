@@ -10,11 +10,13 @@ import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import loss_parallel
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from boost import ModelArgs, Transformer
-from boost.comms import CommCounter
+from boost.comm_counter import CommCounter
 from boost.memory import forward_held_bytes
 from boost.parallel import OnlineRMSNormDown, SyncRMSNorm, apply_lowrank_ac, apply_tp
+from boost.parallel.comm import all_reduce_local_coalesced, record_and_replay_collectives
 from tests.distributed import run_distributed
 
 EPS = 1e-5
@@ -61,9 +63,42 @@ def _norm_body(rank: int, world_size: int) -> None:
         y.sum().backward()
     assert comm.direction(backward=False) == {"all_reduce": (1, tokens * (r + 1))}
     assert comm.direction(backward=True) == {}
-    # fp32 statistic even for bf16 activations
-    yb = OnlineRMSNormDown.apply(x[:, :8].detach().bfloat16(), gamma[:8].detach().bfloat16(), w[:, :8].detach().bfloat16(), EPS, d, mesh)
-    assert yb.dtype == torch.bfloat16
+    # bf16 activations: the GEMMs run in bf16 (an fp32 GEMM would forfeit tensor cores on GPU),
+    # the statistic and the collective in fp32 (gloo cannot mix dtypes in one collective)
+    xb, gb, wb = (t.detach().bfloat16().requires_grad_() for t in (_shard(x, mesh, -1), _shard(gamma, mesh, 0),
+                                                                   _shard(w, mesh, 1)))
+    with _MatmulDtypes() as mm, CommCounter() as comm:
+        yb = OnlineRMSNormDown.apply(xb, gb, wb, EPS, d, mesh)
+        yb.float().pow(2).sum().backward()
+    assert yb.dtype == torch.bfloat16 and mm.dtypes == {torch.bfloat16}, mm.dtypes
+    assert [(r.dtype, r.shape) for r in comm.records] == [(torch.float32, (tokens, r + 1))]
+    torch.testing.assert_close(yb.double(), dense, rtol=2e-2, atol=2e-2)  # bf16 inputs: ~3 significant digits
+
+    # the coalesced pair that carries [H bf16, S fp32] on CUDA: one collective, and under low-rank
+    # AC the recompute replays the recorded pair without communicating
+    recorded, replayed = record_and_replay_collectives()
+    pair = [torch.full((tokens, r), float(rank + 1)), torch.full((tokens, 1), 2.0 * (rank + 1))]
+    with CommCounter() as comm, recorded:
+        summed = all_reduce_local_coalesced(pair, mesh)
+    with CommCounter() as quiet, replayed:
+        again = all_reduce_local_coalesced(pair, mesh)
+    total = world_size * (world_size + 1) / 2
+    assert [t[0, 0].item() for t in summed] == [total, 2 * total]
+    assert all(torch.equal(a, b) for a, b in zip(again, summed, strict=True))
+    assert [r.shapes for r in comm.records] == [((tokens, r), (tokens, 1))] and quiet.total_count() == 0
+
+
+class _MatmulDtypes(TorchDispatchMode):
+    """The input dtypes of every matrix multiply dispatched inside it."""
+
+    def __enter__(self):
+        self.dtypes = set()
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.bmm, torch.ops.aten.addmm):
+            self.dtypes |= {a.dtype for a in args if isinstance(a, torch.Tensor)}
+        return func(*args, **(kwargs or {}))
 
 
 def _all_reduce(h, mesh):

@@ -7,7 +7,9 @@ the candidates newest first:
 
 - ``.metadata`` unpickles under an allowlist of DCP's own metadata classes — so torch's own
   unpickling of it afterwards cannot run arbitrary code (tensor payloads are raw bytes);
-- every storage item the metadata points at lies inside an existing file.
+- every storage item the metadata points at lies inside an existing file;
+- every non-tensor item (train and dataloader state, which DCP would ``torch.load`` with
+  ``weights_only=False``) loads under torch's weights-only unpickler.
 
 The newest intact checkpoint is loaded (``checkpoint.load_step`` is set), each skipped one is
 named with its reason, and nothing is deleted or overwritten.
@@ -22,30 +24,35 @@ import re
 import sys
 from pathlib import Path
 
-_ALLOWED_MODULES = (
-    "torch.distributed.checkpoint.metadata",
-    "torch.distributed.checkpoint.filesystem",
-    "torch.distributed.checkpoint.planner",
-    "torch.distributed.checkpoint._extension",
-    "torch.distributed.checkpoint._storage_utils",
-    "torch.distributed.checkpoint.storage",
-    "torch._utils",
-    "torch.serialization",
-    "collections",
-    "pathlib",
-    "builtins",
-    "torch",
-)
-_ALLOWED_BUILTINS = {"dict", "list", "tuple", "set", "frozenset", "int", "float", "str", "bytes", "bool", "slice", "getattr"}
+import torch
+
+# Exactly the globals a DCP ``.metadata`` pickle names (torch 2.11-2.14), and nothing callable
+# beyond constructors of plain records: a prefix rule such as "torch.*" would admit gadgets like
+# ``torch.utils.cpp_extension.load_inline`` or ``builtins.getattr``.
+_DCP_METADATA = "torch.distributed.checkpoint.metadata"
+_ALLOWED_GLOBALS = {
+    (_DCP_METADATA, name)
+    for name in ("Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
+                 "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")
+} | {
+    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    ("torch.serialization", "_get_layout"),  # looks a layout up by name in torch's own table
+    ("torch", "Size"),
+    ("pathlib", "PosixPath"),
+    ("pathlib", "PurePosixPath"),
+    ("pathlib", "WindowsPath"),
+    ("pathlib", "PureWindowsPath"),
+    ("collections", "OrderedDict"),
+}
 
 
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
-        if module == "builtins" and name not in _ALLOWED_BUILTINS:
-            raise pickle.UnpicklingError(f"refusing builtins.{name}")
-        if not any(module == m or module.startswith(m + ".") for m in _ALLOWED_MODULES):
-            raise pickle.UnpicklingError(f"refusing {module}.{name}")
-        return super().find_class(module, name)
+        if (module, name) in _ALLOWED_GLOBALS:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), (torch.dtype, torch.layout)):
+            return getattr(torch, name)  # a dtype or layout constant, not a callable
+        raise pickle.UnpicklingError(f"refusing {module}.{name}")
 
 
 def inspect_checkpoint(path: Path) -> str | None:
@@ -72,6 +79,25 @@ def inspect_checkpoint(path: Path) -> str | None:
             return f"missing data file {rel}"
         if info.offset + info.length > sizes[rel]:
             return f"data file {rel} is truncated ({sizes[rel]} bytes, needs {info.offset + info.length})"
+    return _unsafe_bytes_item(path, metadata, storage)
+
+
+def _unsafe_bytes_item(path: Path, metadata, storage: dict) -> str | None:
+    """DCP's planner ``torch.load``s every non-tensor item (train state, dataloader state) with
+    ``weights_only=False``; check each with the weights-only unpickler first."""
+    from torch.distributed.checkpoint.metadata import BytesStorageMetadata
+
+    byte_items = {fqn for fqn, md in metadata.state_dict_metadata.items() if isinstance(md, BytesStorageMetadata)}
+    for index, info in storage.items():
+        if index.fqn not in byte_items or getattr(info, "transform_descriptors", None):
+            continue
+        with open(path / info.relative_path, "rb") as f:
+            f.seek(info.offset)
+            raw = f.read(info.length)
+        try:
+            torch.load(io.BytesIO(raw), weights_only=True)
+        except Exception as e:
+            return f"item {index.fqn!r} holds objects outside torch's weights-only allowlist ({type(e).__name__})"
     return None
 
 

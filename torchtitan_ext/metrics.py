@@ -1,9 +1,11 @@
 """torchtitan's metrics processor plus BOOST's communication metrics.
 
-Each training step's collectives are counted by ``boost.comms.CommCounter``, opened at the first
+Each training step's collectives are counted by ``boost.comm_counter.CommCounter``, opened at the first
 forward of the step and closed at the optimizer step (so the gradient-norm all-reduce is included).
-A counted step runs eagerly under torch.compile (a dispatch mode forces it), so with compile on only
-the first step is counted and its numbers are reported from then on (they repeat step to step).
+A dispatch mode cannot be traced by torch.compile (torchtitan compiles with ``fullgraph=True``), so
+with compile on only the first step is counted, run eagerly (``torch.compiler.set_stance
+("force_eager")``), and its numbers are reported from then on: BTP's collectives are functional
+collectives, the same compiled or eager, and they repeat step to step.
 Tensorboard gets ``boost/comm_bytes_per_step``, ``boost/comm_count_per_step`` and one
 ``boost/comm_bytes/<kind>`` per collective kind; the console gets one ``comm/step`` line per log.
 """
@@ -17,7 +19,7 @@ import torch
 from torchtitan.components.metrics import MetricsProcessor
 from torchtitan.tools.logging import logger
 
-from boost.comms import CommCounter
+from boost.comm_counter import CommCounter
 
 
 class BoostMetricsProcessor(MetricsProcessor):
@@ -53,6 +55,8 @@ class BoostMetricsProcessor(MetricsProcessor):
 
     def _open(self, module, args) -> None:
         if self._counter is None and (self._count_every_step or self._steps_counted == 0) and module.training:
+            if not self._count_every_step:
+                torch.compiler.set_stance("force_eager")
             self._counter = CommCounter()
             self._counter.__enter__()
 
@@ -60,6 +64,8 @@ class BoostMetricsProcessor(MetricsProcessor):
         if self._counter is not None:
             counter, self._counter = self._counter, None
             counter.__exit__(None, None, None)
+            if not self._count_every_step:
+                torch.compiler.set_stance("default")
             self._steps_counted += 1
             self.last_comm = {
                 "bytes": counter.total_bytes(),

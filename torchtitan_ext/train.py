@@ -7,6 +7,8 @@ and the checkpoint it would resume from — before any process group, data or mo
 import os
 import sys
 
+import torch.distributed as dist
+
 import torchtitan_ext.cpu  # noqa: F401  (must precede every torchtitan import)
 import torchtitan_ext.train_spec  # noqa: F401  (registers the "boost_llama" train spec)
 
@@ -17,7 +19,7 @@ from torchtitan_ext.validate import ConfigError, check_config
 
 
 class BoostTrainer(Trainer):
-    """torchtitan's ``Trainer``, unchanged once constructed."""
+    """torchtitan's ``Trainer``: config and checkpoint checks first, and an orderly exit."""
 
     def __init__(self, job_config):
         try:
@@ -27,6 +29,15 @@ class BoostTrainer(Trainer):
             raise SystemExit(2) from None
         choose_load_step(job_config)
         super().__init__(job_config)
+
+    def train(self) -> None:
+        super().train()
+        # torchtitan's rank 0 sleeps after the last step while the other ranks go straight on to
+        # destroy_process_group; on gloo, ranks tearing down at different times once aborted
+        # (SIGABRT) a run that had finished. Leave together. Only after a normal finish: a rank
+        # that raised must not wait here for peers that may be gone.
+        if dist.is_initialized():
+            dist.barrier()
 
 
 if __name__ == "__main__":

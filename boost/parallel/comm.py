@@ -69,6 +69,18 @@ def all_reduce_local(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
     return out
 
 
+def all_reduce_local_coalesced(tensors: list[torch.Tensor], mesh: DeviceMesh) -> list[torch.Tensor]:
+    """Sum several local tensors (dtypes may differ where the backend allows) in one collective."""
+    replay = getattr(_latents, "replay", None)
+    if replay is not None:
+        return replay.pop(0)
+    outs = [funcol.wait_tensor(t) for t in funcol.all_reduce_coalesced(tensors, "sum", (mesh, 0))]
+    record = getattr(_latents, "record", None)
+    if record is not None:
+        record.append([t.detach() for t in outs])
+    return outs
+
+
 @contextlib.contextmanager
 def _recording(store: list):
     previous, _latents.record = getattr(_latents, "record", None), store

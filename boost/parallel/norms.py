@@ -8,8 +8,10 @@ DTensor is rejected by DTensor):
     x_i   [T, d/t]   this rank's slice of the residual stream
     γ_i   [d/t]      its slice of the norm weight
     A_i   [R, d/t]   down-projection, sharded on its input dim
-    fwd   [H | S] = all_reduce([ (γ_i·x_i) A_iᵀ , Σ x_i² ])    one collective, R+1 columns
+    s_i   Σ x_i²  (fp32)                                        c_i = sqrt(s_i/(d/t) + ε)
+    fwd   [H | S] = all_reduce([ ((γ_i·x_i)/c_i) A_iᵀ · c_i , s_i ])   one collective, R+1 columns
           Y = H / sqrt(S/d + ε)                                 = A (γ·x) / RMS(x), exactly
+          (the GEMM in the activation dtype on the well-scaled input; the statistic in fp32)
     bwd   no collective: dY is already full (B's input-grad all-reduce made it so), and
           Σ_R dY·Y, the only reduction the chain rule needs, is over the replicated r-dim.
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 
-from boost.parallel.comm import all_reduce_local
+from boost.parallel.comm import all_reduce_local, all_reduce_local_coalesced
 
 
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -35,11 +37,14 @@ class OnlineRMSNormDown(torch.autograd.Function):
     def forward(ctx, x, gamma, weight, eps: float, dim: int, mesh: DeviceMesh):
         acc = _stat_dtype(x.dtype)
         s = x.to(acc).pow(2).sum(-1, keepdim=True)  # (..., 1)
-        h = torch.matmul((x * gamma).to(acc), weight.to(acc).t())  # (..., R) partial sum
-        hs = all_reduce_local(torch.cat([h, s], dim=-1), mesh)
-        h, s = hs[..., :-1], hs[..., -1:]
+        # The GEMM runs in the activation dtype on a well-scaled input (the shard's own RMS taken
+        # out, put back in fp32 after): bf16 tensor-core speed without an fp32 GEMM.
+        scale = torch.sqrt(s / x.shape[-1] + eps)  # (..., 1), > 0
+        xs = (x.to(acc) * gamma.to(acc) / scale).to(x.dtype)
+        h = torch.matmul(xs, weight.t()).to(acc) * scale  # (..., R) partial sum
+        h, s = _all_reduce_latent_and_statistic(h, s, x.dtype, mesh)
         inv_rms = torch.rsqrt(s / dim + eps)
-        y = (h * inv_rms).to(x.dtype)
+        y = (h.to(acc) * inv_rms).to(x.dtype)
         ctx.save_for_backward(x, gamma, weight, y, inv_rms)
         ctx.dim = dim
         return y
@@ -48,15 +53,30 @@ class OnlineRMSNormDown(torch.autograd.Function):
     def backward(ctx, dy):
         x, gamma, weight, y, inv_rms = ctx.saved_tensors
         acc = inv_rms.dtype
-        dy = dy.to(acc)
-        dh = dy * inv_rms  # (..., R), identical on every rank
+        dh = dy.to(acc) * inv_rms  # (..., R), identical on every rank
         # dL/dS through inv_rms = (S/d + ε)^-1/2; S = Σ_ranks s_i, so ds_i = dS on every rank.
-        ds = -0.5 * (dy * y.to(acc)).sum(-1, keepdim=True) * inv_rms.pow(2) / ctx.dim
-        g = torch.matmul(dh, weight.to(acc))  # (..., d/t) = dL/d(γ·x)
+        ds = -0.5 * (dy.to(acc) * y.to(acc)).sum(-1, keepdim=True) * inv_rms.pow(2) / ctx.dim
+        dh_act = dh.to(x.dtype)  # both GEMMs in the activation dtype, as in the forward
+        g = torch.matmul(dh_act, weight).to(acc)  # (..., d/t) = dL/d(γ·x)
         dx = g * gamma.to(acc) + 2.0 * x.to(acc) * ds
         dgamma = (g * x.to(acc)).reshape(-1, x.shape[-1]).sum(0)
-        dweight = dh.reshape(-1, dh.shape[-1]).t() @ (x * gamma).to(acc).reshape(-1, x.shape[-1])
+        dweight = dh_act.reshape(-1, dh.shape[-1]).t() @ (x * gamma).reshape(-1, x.shape[-1])
         return dx.to(x.dtype), dgamma.to(gamma.dtype), dweight.to(weight.dtype), None, None, None
+
+
+def _all_reduce_latent_and_statistic(h, s, act_dtype: torch.dtype, mesh: DeviceMesh):
+    """Sum the partial latent ``h`` and the statistic ``s`` over the mesh in one collective.
+
+    Same dtype (fp32/fp64 training): one all-reduce of ``[h | s]``, R+1 columns. bf16/fp16 on
+    CUDA: one coalesced all-reduce of ``h`` in the activation dtype and ``s`` in fp32 (NCCL groups
+    the two into one launch), so the latent travels at 2 bytes like every other BTP collective.
+    gloo refuses mixed dtypes in a coalesced call, so low-precision CPU runs send ``[h | s]`` in fp32.
+    """
+    if act_dtype != s.dtype and h.is_cuda:
+        h, s = all_reduce_local_coalesced([h.to(act_dtype), s], mesh)
+        return h, s
+    hs = all_reduce_local(torch.cat([h, s], dim=-1), mesh)
+    return hs[..., :-1], hs[..., -1:]
 
 
 class SyncRMSNorm(torch.autograd.Function):
