@@ -10,12 +10,16 @@ logs, prints loss against tokens and against wall time (time-to-loss), and draws
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
+import platform
 import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = [("full", 1, []), ("svd", 1, []), ("cola", 1, []), ("lax", 1, []),
@@ -34,14 +38,12 @@ def train(kind: str, ngpu: int, extra: list[str], args, out: Path) -> tuple[list
     if proc.returncode:
         raise SystemExit(proc.stdout[-3000:] + proc.stderr[-3000:])
     log = proc.stdout + proc.stderr
-    stamps = re.findall(r"(\d\d:\d\d:\d\d),\d+ - root - INFO - \S*validate step:\s+(\d+)\s+\S*loss:\s+([\d.]+)", log)
-    t0 = None
-    points = []
-    for clock, step, loss in stamps:
-        h, m, s = map(int, clock.split(":"))
-        sec = h * 3600 + m * 60 + s
-        t0 = sec if t0 is None else t0
-        points.append((int(step), float(loss), sec - t0))
+    stamps = re.findall(r"(\d\d):(\d\d):(\d\d),(\d+) - root - INFO - \S*validate step:\s+(\d+)\s+\S*loss:\s+([\d.]+)", log)
+    points, t0 = [], None
+    for h, m, sec, ms, step, loss in stamps:
+        clock = int(h) * 3600 + int(m) * 60 + int(sec) + int(ms) / 1000
+        t0 = clock if t0 is None else t0
+        points.append((int(step), float(loss), (clock - t0) % 86400))  # seconds since the first validation
     return points, time.time() - start
 
 
@@ -57,12 +59,26 @@ def main() -> None:
     for kind, ngpu, extra in RUNS:
         label = f"{kind}" + (f" (btp, TP={ngpu})" if ngpu > 1 else "")
         results[label] = train(kind, ngpu, extra, a, Path(a.out) / label.replace(" ", "_").replace(",", ""))
-    print(f"# Validation loss vs tokens, {a.flavour}, {a.steps} steps, stdlib corpus\n")
-    print("| run | final val loss | tokens | wall s |")
-    print("|---|---|---|---|")
+    # time-to-loss: the first validation at or below a loss every run reaches (the worst final loss)
+    target = max(points[-1][1] for points, _ in results.values())
+    print(f"# Convergence on the stdlib corpus — {a.flavour}, {a.steps} steps, same tokens, schedule and seed\n")
+    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; date {datetime.date.today()}")
+    print(f"command: python -m bench.convergence --flavour {a.flavour} --steps {a.steps}"
+          + (f" --png {a.png}" if a.png else "") + "\n")
+    print(f"| run | final val loss | tokens | wall s | tokens to val loss {target:.3f} | s to val loss {target:.3f} |")
+    print("|---|---|---|---|---|---|")
     for label, (points, wall) in results.items():
         step, loss, _ = points[-1]
-        print(f"| {label} | {loss:.4f} | {step * tokens_per_step:,} | {wall:.0f} |")
+        hit = next((s, t) for s, v, t in points if v <= target)
+        print(f"| {label} | {loss:.4f} | {step * tokens_per_step:,} | {wall:.0f} | {hit[0] * tokens_per_step:,} | "
+              f"{hit[1]:.0f} |")
+    print("\nvalidation loss by step:\n")
+    steps = [s for s, _, _ in next(iter(results.values()))[0]]
+    print("| step | " + " | ".join(results) + " |")
+    print("|---|" + "---|" * len(results))
+    for i, step in enumerate(steps):
+        row = [f"{points[i][1]:.4f}" if i < len(points) else "" for points, _ in results.values()]
+        print(f"| {step} | " + " | ".join(row) + " |")
     if a.png:
         import matplotlib
 
