@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 
+from bench.plots import pyplot, save
 from boost import FLAVOURS, ModelArgs
 from boost.comm_volume import per_layer, total
 
@@ -50,11 +51,7 @@ def main() -> None:
         print(f"| {flavour} | {tp} | {scheme} | {fc} | {fb / 2**20:.1f} | {bc} | {bb / 2**20:.1f} | "
               f"{(fb + bb) * layers / 2**30:.2f} |")
     if a.png:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         fig, ax = plt.subplots(figsize=(8, 4))
         flavours = [f for f in FLAVOURS if f != "debug"]
         for scheme in ("megatron", "vanilla", "btp (online)"):
@@ -64,9 +61,7 @@ def main() -> None:
         ax.set_ylabel("forward MiB per layer (TP=4)")
         ax.set_title(f"TP communication per layer, b={a.batch}, s={a.seq}, bf16")
         ax.legend()
-        fig.tight_layout()
-        fig.savefig(a.png, dpi=120)
-        print(f"\nwrote {a.png}")
+        save(fig, a.png)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import torch
 
+from bench.plots import pyplot, save
+
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = [("full", 1, []), ("svd", 1, []), ("cola", 1, []), ("lax", 1, []),
         ("cola", 2, ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"])]
@@ -80,11 +82,7 @@ def main() -> None:
         row = [f"{points[i][1]:.4f}" if i < len(points) else "" for points, _ in results.values()]
         print(f"| {step} | " + " | ".join(row) + " |")
     if a.png:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
         for label, (points, _) in results.items():
             ax1.plot([s * tokens_per_step for s, _, _ in points], [v for _, v, _ in points], marker=".", label=label)
@@ -94,9 +92,7 @@ def main() -> None:
         for ax in (ax1, ax2):
             ax.set_ylabel("validation loss")
             ax.legend()
-        fig.tight_layout()
-        fig.savefig(a.png, dpi=120)
-        print(f"\nwrote {a.png}")
+        save(fig, a.png)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,9 @@
 
 Every repetition runs one step of each scheme in turn (interleaved), after warm-up steps; the
 table gives medians and the ratio per pair. Same model size per row (the flavour), same tokens.
+A second table splits one more step per scheme (torch.profiler, rank 0, self CPU time) into GEMMs,
+attention, waiting on collectives and everything else: where the step time goes, and so what
+bounds each ratio.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import platform
 import torch
 
 from bench.harness import build, count_step, median, mesh_of, spawn, train_step
+from bench.plots import pyplot, save
 
 SCHEMES = (("megatron", "full", False), ("vanilla", "cola", False), ("btp", "cola", True))
 
@@ -31,7 +35,27 @@ def _body(rank, world_size, flavour, seq, batch, reps, warmup):
     for _ in range(reps):
         for name in runs:
             times[name].append(train_step(*runs[name], tokens)[0])
-    return {name: (median(times[name]), comm[name].total_count(), comm[name].total_bytes()) for name in runs}
+    split = {name: _profile_step(*runs[name], tokens) for name in runs}
+    return {name: (median(times[name]), comm[name].total_count(), comm[name].total_bytes(), split[name])
+            for name in runs}
+
+
+_GEMM = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}
+_COMM = {"_c10d_functional::wait_tensor", "c10d::allreduce_", "c10d::_allgather_base_", "c10d::barrier"}
+
+
+def _profile_step(model, opt, tokens) -> dict[str, float]:
+    """Seconds of one step's self CPU time by category (GEMM, attention, collective wait, other)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        train_step(model, opt, tokens, fence=False)
+    split = {"GEMM": 0.0, "attention": 0.0, "collectives": 0.0, "other": 0.0}
+    for event in prof.key_averages():
+        key = ("GEMM" if event.key in _GEMM else "attention" if "scaled_dot_product" in event.key
+               else "collectives" if event.key in _COMM else "other")
+        split[key] += event.self_cpu_time_total / 1e6
+    return split
 
 
 def main() -> None:
@@ -42,6 +66,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--png", default="", help="also draw step time per scheme and TP degree (needs matplotlib)")
     a = p.parse_args()
     lines = [
         f"# CPU/gloo step time by TP scheme — {a.flavour}, seq {a.seq}, batch {a.batch}, {a.reps} interleaved reps",
@@ -52,12 +77,33 @@ def main() -> None:
         "| TP | scheme | step s (median) | collectives/step | MiB/step | btp speed-up |",
         "|---|---|---|---|---|---|",
     ]
+    splits = ["", "one profiled step, rank 0, self CPU seconds:", "",
+              "| TP | scheme | GEMM | attention | collectives (wait) | other |", "|---|---|---|---|---|---|"]
+    step_times: dict[int, dict[str, float]] = {}
     for tp in a.tp:
         res = spawn(_body, tp, a.flavour, a.seq, a.batch, a.reps, a.warmup)
-        for name, (t, count, nbytes) in res.items():
+        step_times[tp] = {name: r[0] for name, r in res.items()}
+        for name, (t, count, nbytes, split) in res.items():
             ratio = res[name][0] / res["btp"][0]
             lines.append(f"| {tp} | {name} | {t:.3f} | {count} | {nbytes / 2**20:.1f} | {ratio:.2f}× |")
-    print("\n".join(lines))
+            splits.append(f"| {tp} | {name} | " + " | ".join(f"{v:.3f}" for v in split.values()) + " |")
+    print("\n".join(lines + splits))
+    if a.png:
+        _draw(step_times, f"{a.flavour}, seq {a.seq}, batch {a.batch}, CPU/gloo", a.png)
+
+
+def _draw(step_times: dict[int, dict[str, float]], title: str, path: str) -> None:
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    width = 0.8 / len(SCHEMES)
+    for i, (name, _, _) in enumerate(SCHEMES):
+        xs = [j + i * width for j in range(len(step_times))]
+        ax.bar(xs, [step_times[tp][name] for tp in step_times], width, label=name)
+    ax.set_xticks([j + width for j in range(len(step_times))], [f"TP={tp}" for tp in step_times])
+    ax.set_ylabel("seconds per step (median)")
+    ax.set_title(title)
+    ax.legend()
+    save(fig, path)
 
 
 if __name__ == "__main__":

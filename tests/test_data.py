@@ -253,11 +253,17 @@ def test_validator_dataloader_reads_stdlib_validation(tokenizer, cache_dir):
         "--validation.local_batch_size", str(BATCH),
         "--validation.seq_len", str(SEQ_LEN),
     )  # fmt: skip
-    # torchtitan's Validator calls build_text_validation_dataloader itself, not ours.
-    for build in (build_text_validation_dataloader, build_boost_validation_dataloader):
-        inputs, labels = next(iter(build(1, 0, tokenizer, config, infinite=True)))
-        stream = token_stream(tokenizer, [stdlib_text(stdlib_files("validation")[0])])
+    # torchtitan's builder finds the dataset too; BOOST's validator uses its own loader
+    stream = token_stream(tokenizer, [stdlib_text(stdlib_files("validation")[0])])
+    loaders = {build: build(1, 0, tokenizer, config, infinite=True)
+               for build in (build_text_validation_dataloader, build_boost_validation_dataloader)}
+    for loader in loaders.values():
+        inputs, labels = next(iter(loader))
         assert inputs["input"][0].tolist() == stream[:SEQ_LEN] and labels[0].tolist() == stream[1 : SEQ_LEN + 1]
+    # every validation pass scores the same held-out windows; torchtitan's dataset moves on instead
+    again = {build: next(iter(loader))[0]["input"][0].tolist() for build, loader in loaders.items()}
+    assert again[build_boost_validation_dataloader] == stream[:SEQ_LEN]
+    assert again[build_text_validation_dataloader] != stream[:SEQ_LEN]
 
 
 # ----------------------------------------------------------------------------- local files

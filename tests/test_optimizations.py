@@ -67,7 +67,7 @@ def _norm_body(rank: int, world_size: int) -> None:
     # the statistic and the collective in fp32 (gloo cannot mix dtypes in one collective)
     xb, gb, wb = (t.detach().bfloat16().requires_grad_() for t in (_shard(x, mesh, -1), _shard(gamma, mesh, 0),
                                                                    _shard(w, mesh, 1)))
-    with _MatmulDtypes() as mm, CommCounter() as comm:
+    with _Matmuls() as mm, CommCounter() as comm:
         yb = OnlineRMSNormDown.apply(xb, gb, wb, EPS, d, mesh)
         yb.float().pow(2).sum().backward()
     assert yb.dtype == torch.bfloat16 and mm.dtypes == {torch.bfloat16}, mm.dtypes
@@ -88,16 +88,17 @@ def _norm_body(rank: int, world_size: int) -> None:
     assert [r.shapes for r in comm.records] == [((tokens, r), (tokens, 1))] and quiet.total_count() == 0
 
 
-class _MatmulDtypes(TorchDispatchMode):
-    """The input dtypes of every matrix multiply dispatched inside it."""
+class _Matmuls(TorchDispatchMode):
+    """Counts the matrix multiplies dispatched inside it and their input dtypes."""
 
     def __enter__(self):
-        self.dtypes = set()
+        self.dtypes, self.count = set(), 0
         return super().__enter__()
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.bmm, torch.ops.aten.addmm):
             self.dtypes |= {a.dtype for a in args if isinstance(a, torch.Tensor)}
+            self.count += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -164,7 +165,7 @@ def _ac_body(rank: int, world_size: int) -> None:
 
     args = _model(n_layers=4, seq=256)
     tokens = torch.randint(0, 256, (8, 256), generator=torch.Generator().manual_seed(0))
-    results = {}
+    results, matmuls = {}, {}
     for mode in ("none", "lowrank", "full", "none"):  # "none" twice: RSS deltas are stable run to run
         torch.manual_seed(0)
         m = apply_tp(Transformer(args), mesh, scheme="btp", norm="online")
@@ -173,15 +174,22 @@ def _ac_body(rank: int, world_size: int) -> None:
         elif mode == "full":
             apply_ac(m, ActivationCheckpoint(mode="full"))
         with loss_parallel():
-            loss, held = forward_held_bytes(lambda: F.cross_entropy(m(tokens).flatten(0, 1), tokens.flatten()))
-            with CommCounter() as comm:
+            with _Matmuls() as fwd_mm:
+                loss, held = forward_held_bytes(lambda: F.cross_entropy(m(tokens).flatten(0, 1), tokens.flatten()))
+            with CommCounter() as comm, _Matmuls() as bwd_mm:
                 loss.backward()
         grads = [p.grad.full_tensor() for p in m.parameters()]
         results[mode] = (held, comm.direction(backward=True), grads)
+        matmuls[mode] = (fwd_mm.count, bwd_mm.count)
     none_held, none_comm, none_grads = results["none"]
     low_held, low_comm, low_grads = results["lowrank"]
     full_held, full_comm, _ = results["full"]
     assert low_comm == none_comm, (low_comm, none_comm)  # the recompute communicates nothing
+    # ... and recomputes the block's up-projection GEMMs only: not the 4 down-projections, whose
+    # all-reduced outputs were kept, nor the last up-projection, whose output no backward needs
+    # (torch's checkpoint stops the recompute early); the LM head's GEMM is outside the blocks
+    recomputed = matmuls["lowrank"][1] - matmuls["none"][1]
+    assert recomputed == matmuls["none"][0] - 1 - 5 * args.n_layers, (recomputed, matmuls)
     assert full_comm["all_reduce"][0] > none_comm["all_reduce"][0]  # whole-block AC re-issues its all-reduces
     for a, b in zip(low_grads, none_grads):
         assert torch.equal(a, b)  # same ops on the same values: bit-identical

@@ -1,7 +1,8 @@
 """Offline default data and tokenizer, plus local-file datasets, for torchtitan's text dataloader.
 
 Datasets (registered in torchtitan's ``DATASETS`` at import, so torchtitan's own
-``build_text_dataloader`` / ``build_text_validation_dataloader`` and its ``Validator`` find them):
+``build_text_dataloader`` / ``build_text_validation_dataloader`` find them; BOOST's validator is
+torchtitan's ``Validator`` reading a ``HeldOutTextDataset``, which starts afresh at every validation):
 
 - ``stdlib`` / ``stdlib_validation``: the ``.py`` sources of the running interpreter's standard
   library, present on every machine and identical wherever the Python version is. A file goes to
@@ -35,19 +36,17 @@ import sysconfig
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 from datasets import Dataset
 from tokenizers import decoders, models, pre_tokenizers, Tokenizer, trainers
 from torchtitan.components.dataloader import ParallelAwareDataloader
+from torchtitan.components.validate import BaseValidator, build_validator
 from torchtitan.components.tokenizer import BaseTokenizer, HuggingFaceTokenizer
 from torchtitan.config import JobConfig
 from torchtitan.hf_datasets import DatasetConfig
-from torchtitan.hf_datasets.text_datasets import (
-    build_text_dataloader,
-    build_text_validation_dataloader,
-    DATASETS,
-)
+from torchtitan.hf_datasets.text_datasets import build_text_dataloader, DATASETS, HuggingFaceTextDataset
 from torchtitan.tools.logging import logger
 
 BOS_TOKEN = "<|begin_of_text|>"
@@ -210,6 +209,19 @@ def build_boost_dataloader(
     return build_text_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
 
 
+class HeldOutTextDataset(HuggingFaceTextDataset):
+    """torchtitan's packed text dataset, started afresh on every pass.
+
+    torchtitan's dataset keeps its position between iterations, so each validation would score the
+    next ``validation.steps`` batches and the validation curve would mix model progress with
+    changing data. Every pass here reads the same held-out windows from the start.
+    """
+
+    def __iter__(self):
+        self._sample_idx, self._token_buffer = 0, []
+        return super().__iter__()
+
+
 def build_boost_validation_dataloader(
     dp_world_size: int,
     dp_rank: int,
@@ -217,11 +229,28 @@ def build_boost_validation_dataloader(
     job_config: JobConfig,
     infinite: bool = False,
 ) -> ParallelAwareDataloader:
-    """torchtitan's ``build_text_validation_dataloader`` with BOOST's datasets registered."""
+    """torchtitan's ``build_text_validation_dataloader`` over a ``HeldOutTextDataset``."""
     register_datasets()
-    if job_config.validation.dataset.lower() == "local":
-        local_text_files(job_config.validation.dataset_path, "validation.dataset_path")
-    return build_text_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
+    cfg = job_config.validation
+    if cfg.dataset.lower() == "local":
+        local_text_files(cfg.dataset_path, "validation.dataset_path")
+    dataset = HeldOutTextDataset(
+        dataset_name=cfg.dataset, dataset_path=cfg.dataset_path, tokenizer=tokenizer, seq_len=cfg.seq_len,
+        dp_rank=dp_rank, dp_world_size=dp_world_size, infinite=infinite,
+    )  # fmt: skip
+    return ParallelAwareDataloader(
+        dataset, dp_rank=dp_rank, dp_world_size=dp_world_size,
+        **{**asdict(cfg.dataloader), "batch_size": cfg.local_batch_size},
+    )  # fmt: skip
+
+
+def build_boost_validator(*, job_config: JobConfig, dp_world_size: int, dp_rank: int, tokenizer: BaseTokenizer,
+                          **kwargs) -> BaseValidator:
+    """torchtitan's ``Validator`` scoring the same held-out batches at every validation."""
+    validator = build_validator(job_config=job_config, dp_world_size=dp_world_size, dp_rank=dp_rank,
+                                tokenizer=tokenizer, **kwargs)
+    validator.validation_dataloader = build_boost_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config)
+    return validator
 
 
 # ----------------------------------------------------------------------------- tokenizer

@@ -3,11 +3,10 @@
 from torchtitan.components.loss import build_cross_entropy_loss
 from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.components.optimizer import build_optimizers
-from torchtitan.components.validate import build_validator
 from torchtitan.protocols.train_spec import TrainSpec, _extra_train_specs, register_train_spec
 
 from boost.model import FLAVOURS, ModelArgs, Transformer
-from torchtitan_ext.data import build_boost_dataloader, build_boost_tokenizer
+from torchtitan_ext.data import build_boost_dataloader, build_boost_tokenizer, build_boost_validator
 from torchtitan_ext.metrics import build_boost_metrics_processor
 from torchtitan_ext.parallelize import parallelize_boost
 from torchtitan_ext.pipeline import pipeline_boost
@@ -27,7 +26,7 @@ def get_train_spec() -> TrainSpec:
         build_dataloader_fn=build_boost_dataloader,
         build_tokenizer_fn=build_boost_tokenizer,
         build_loss_fn=build_cross_entropy_loss,
-        build_validator_fn=build_validator,
+        build_validator_fn=build_boost_validator,
         build_metrics_processor_fn=build_boost_metrics_processor,
     )
 

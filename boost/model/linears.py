@@ -43,8 +43,12 @@ class BatchedUp(nn.Module):
         self.weight = nn.Parameter(torch.empty(groups, d_out, rank))
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
-        # u: (..., G, r) -> (..., G, d_out)
-        return torch.einsum("...gr,gor->...go", u, self.weight)
+        # u: (G, ..., r) -> (G, ..., d_out). Members first: each member's output is a contiguous
+        # slice of one bmm, and unbinding it costs nothing in backward (selecting members out of
+        # a (..., G, d_out) result would zero-fill a full-size gradient per member).
+        g, r = u.shape[0], u.shape[-1]
+        y = torch.bmm(u.reshape(g, -1, r), self.weight.transpose(1, 2))  # (G, tokens, d_out)
+        return y.view(*u.shape[:-1], y.shape[-1])
 
 
 class LatentCrossing(nn.Module):
@@ -117,9 +121,9 @@ class Bottleneck(nn.Module):
         outs: list[torch.Tensor | None] = [None] * len(self.members)
         for unit, group in zip(self.up, self.up_groups):
             if isinstance(unit, BatchedUp):
-                y = unit(torch.stack([latents[i] for i in group], dim=-2))  # (bs, seqlen, G, d_out)
-                for j, i in enumerate(group):
-                    outs[i] = y[..., j, :]
+                y = unit(torch.stack([latents[i] for i in group]))  # (G, bs, seqlen, d_out)
+                for i, y_i in zip(group, y.unbind(0)):
+                    outs[i] = y_i
             else:
                 outs[group[0]] = unit(latents[group[0]])
         y = outs[0] if len(outs) == 1 else tuple(outs)

@@ -5,6 +5,9 @@
 ``all_reduce_local``             the forward collective itself; under low-rank activation
                                  checkpointing its results are recorded in the forward and replayed
                                  in the recompute, which therefore communicates nothing.
+``row_parallel_down``            a row-parallel down-projection and its forward all-reduce as one
+                                 Function: under the recompute the replayed result stands in for
+                                 both, so the GEMM whose output was kept is not run again.
 """
 
 from __future__ import annotations
@@ -55,6 +58,40 @@ class _AllReduceOnForward(torch.autograd.Function):
 def all_reduce_on_forward(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
     """Sum a local partial result over the mesh in forward; identity in backward."""
     return _AllReduceOnForward.apply(x, mesh)
+
+
+class _RowParallelDown(torch.autograd.Function):
+    """``y = all_reduce(x_i A_iᵀ)`` on local shards::
+
+        x_i  [.., d/t]   A_i  [R, d/t]   y  [.., R] replicated
+        bwd  dx_i = dy A_i,  dA_i = dyᵀ x_i     no collective: dy is the full (replicated) grad
+    """
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        replayed = next_replayed()
+        if replayed is not None:
+            return replayed
+        return all_reduce_local(torch.matmul(x, weight.t()), mesh)
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor):
+        x, weight = ctx.saved_tensors
+        dx = torch.matmul(dy, weight)
+        dweight = dy.reshape(-1, dy.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+        return dx, dweight, None
+
+
+def row_parallel_down(x: torch.Tensor, weight: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
+    """The row-parallel down-projection with its pinned forward all-reduce, on local tensors."""
+    return _RowParallelDown.apply(x, weight, mesh)
+
+
+def next_replayed():
+    """Under low-rank AC's recompute, the next recorded collective result (consumed); else ``None``."""
+    replay = getattr(_latents, "replay", None)
+    return replay.pop(0) if replay is not None else None
 
 
 def all_reduce_local(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch.distributed.device_mesh import DeviceMesh
 
-from boost.parallel.comm import all_reduce_local, all_reduce_local_coalesced
+from boost.parallel.comm import all_reduce_local, all_reduce_local_coalesced, next_replayed
 
 
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -36,13 +36,17 @@ class OnlineRMSNormDown(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, gamma, weight, eps: float, dim: int, mesh: DeviceMesh):
         acc = _stat_dtype(x.dtype)
-        s = x.to(acc).pow(2).sum(-1, keepdim=True)  # (..., 1)
-        # The GEMM runs in the activation dtype on a well-scaled input (the shard's own RMS taken
-        # out, put back in fp32 after): bf16 tensor-core speed without an fp32 GEMM.
-        scale = torch.sqrt(s / x.shape[-1] + eps)  # (..., 1), > 0
-        xs = (x.to(acc) * gamma.to(acc) / scale).to(x.dtype)
-        h = torch.matmul(xs, weight.t()).to(acc) * scale  # (..., R) partial sum
-        h, s = _all_reduce_latent_and_statistic(h, s, x.dtype, mesh)
+        replayed = next_replayed()  # low-rank AC's recompute: the kept result, no GEMM, no collective
+        if replayed is not None:
+            h, s = replayed if isinstance(replayed, list) else (replayed[..., :-1], replayed[..., -1:])
+        else:
+            s = x.to(acc).pow(2).sum(-1, keepdim=True)  # (..., 1)
+            # The GEMM runs in the activation dtype on a well-scaled input (the shard's own RMS
+            # taken out, put back in fp32 after): bf16 tensor-core speed without an fp32 GEMM.
+            scale = torch.sqrt(s / x.shape[-1] + eps)  # (..., 1), > 0
+            xs = (x.to(acc) * gamma.to(acc) / scale).to(x.dtype)
+            h = torch.matmul(xs, weight.t()).to(acc) * scale  # (..., R) partial sum
+            h, s = _all_reduce_latent_and_statistic(h, s, x.dtype, mesh)
         inv_rms = torch.rsqrt(s / dim + eps)
         y = (h.to(acc) * inv_rms).to(x.dtype)
         ctx.save_for_backward(x, gamma, weight, y, inv_rms)

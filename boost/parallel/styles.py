@@ -23,13 +23,12 @@ import warnings
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from boost.parallel.comm import all_reduce_grad_on_backward, all_reduce_on_forward
+from boost.parallel.comm import all_reduce_grad_on_backward, row_parallel_down
 from boost.parallel.norms import OnlineRMSNormDown, SyncRMSNorm, local_rms_norm
 
 NORM_MODES = ("online", "sync", "local")
@@ -244,18 +243,16 @@ def _down_forward(down: nn.Linear, norm: nn.Module | None, mode: str, mesh: Devi
         )
         y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
     else:
+        xl = x.to_local()
         if norm is not None:
             gamma = norm.weight.to_local()
-            xl = x.to_local()
             if mode == "sync":
                 xl = SyncRMSNorm.apply(xl, gamma, norm.eps, norm.weight.shape[0], mesh)
             else:
                 xl = local_rms_norm(xl, gamma, norm.eps)
-            x = DTensor.from_local(xl, mesh, [Shard(x.ndim - 1)], run_check=False)
-        y = F.linear(x, down.weight)  # Partial over r
-        # The forward all-reduce, r wide, pinned (DTensor would otherwise pick its own strategy).
-        # Each rank's gradient of its partial sum is the full gradient: hence grad_placements.
-        y = all_reduce_on_forward(y.to_local(grad_placements=[Replicate()]), mesh)
+        # A's partial product and the forward all-reduce, r wide, pinned (DTensor would otherwise
+        # pick its own strategy), as one Function: low-rank AC's recompute then skips the GEMM.
+        y = row_parallel_down(xl, down.weight.to_local(), mesh)
         y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
     if down.bias is not None:
         y = y + down.bias
