@@ -4,6 +4,7 @@ and the checkpoint it would resume from — before any process group, data or mo
 ``run_train.sh`` runs ``torchrun ... -m torchtitan_ext.train --job.config_file X.toml``.
 """
 
+import logging
 import os
 import sys
 
@@ -40,5 +41,20 @@ class BoostTrainer(Trainer):
             dist.barrier()
 
 
+def _exit_without_finalisation() -> None:
+    """End a finished run now, skipping interpreter finalisation.
+
+    Once the run has ended and torchtitan has destroyed the process group, tearing down static C++
+    state at interpreter exit has aborted a gloo run that had finished every step ("terminate
+    called without an active exception", no Python frame on the stack, exit -6). Nothing is left
+    to do by then: logs and tensorboard are closed, checkpoints written.
+    """
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    main(BoostTrainer)
+    main(BoostTrainer)  # raises on failure: only a finished run reaches the next line
+    _exit_without_finalisation()
