@@ -246,7 +246,8 @@ def build_boost_validation_dataloader(
 
 def build_boost_validator(*, job_config: JobConfig, dp_world_size: int, dp_rank: int, tokenizer: BaseTokenizer,
                           **kwargs) -> BaseValidator:
-    """torchtitan's ``Validator`` scoring the same held-out batches at every validation."""
+    """torchtitan's ``Validator`` scoring the same held-out batches at every validation (the
+    loader torchtitan's builder made is replaced; the validation split is read twice at start-up)."""
     validator = build_validator(job_config=job_config, dp_world_size=dp_world_size, dp_rank=dp_rank,
                                 tokenizer=tokenizer, **kwargs)
     validator.validation_dataloader = build_boost_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config)

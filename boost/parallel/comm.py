@@ -96,26 +96,26 @@ def next_replayed():
 
 def all_reduce_local(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
     """Sum a local tensor over a 1-D mesh (functional collective: traceable by torch.compile)."""
-    replay = getattr(_latents, "replay", None)
-    if replay is not None:
-        return replay.pop(0)
-    out = funcol.wait_tensor(funcol.all_reduce(x, "sum", (mesh, 0)))
-    record = getattr(_latents, "record", None)
-    if record is not None:
-        record.append(out.detach())
-    return out
+    replayed = next_replayed()
+    if replayed is not None:
+        return replayed
+    return _recorded(funcol.wait_tensor(funcol.all_reduce(x, "sum", (mesh, 0))))
 
 
 def all_reduce_local_coalesced(tensors: list[torch.Tensor], mesh: DeviceMesh) -> list[torch.Tensor]:
     """Sum several local tensors (dtypes may differ where the backend allows) in one collective."""
-    replay = getattr(_latents, "replay", None)
-    if replay is not None:
-        return replay.pop(0)
-    outs = [funcol.wait_tensor(t) for t in funcol.all_reduce_coalesced(tensors, "sum", (mesh, 0))]
+    replayed = next_replayed()
+    if replayed is not None:
+        return replayed
+    return _recorded([funcol.wait_tensor(t) for t in funcol.all_reduce_coalesced(tensors, "sum", (mesh, 0))])
+
+
+def _recorded(result):
+    """Keep a forward collective's result for low-rank AC's recompute, when it is recording."""
     record = getattr(_latents, "record", None)
     if record is not None:
-        record.append([t.detach() for t in outs])
-    return outs
+        record.append([t.detach() for t in result] if isinstance(result, list) else result.detach())
+    return result
 
 
 @contextlib.contextmanager
