@@ -119,25 +119,18 @@ def _recorded(result):
 
 
 @contextlib.contextmanager
-def _recording(store: list):
-    previous, _latents.record = getattr(_latents, "record", None), store
+def _using(role: str, store: list):
+    """Make ``store`` this thread's ``record`` or ``replay`` list for the duration."""
+    previous = getattr(_latents, role, None)
+    setattr(_latents, role, store)
     try:
         yield
     finally:
-        _latents.record = previous
-
-
-@contextlib.contextmanager
-def _replaying(store: list):
-    previous, _latents.replay = getattr(_latents, "replay", None), store
-    try:
-        yield
-    finally:
-        _latents.replay = previous
+        setattr(_latents, role, previous)
 
 
 def record_and_replay_collectives() -> tuple:
     """Context pair for ``torch.utils.checkpoint``'s ``context_fn``: the forward records every
     forward all-reduce's result, the recompute replays them in order instead of communicating."""
     store: list[torch.Tensor] = []
-    return _recording(store), _replaying(store)
+    return _using("record", store), _using("replay", store)
