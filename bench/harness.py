@@ -35,9 +35,10 @@ def _worker(rank, world_size, init_file, fn, args, queue):
     try:
         out = fn(rank, world_size, *args)
         if rank == 0:
-            queue.put(out)
+            queue.put(out)  # a SimpleQueue writes to its pipe here, not from a feeder thread
     finally:
         dist.destroy_process_group()
+    os._exit(0)  # skip interpreter finalisation, where torch 2.13's gloo sometimes aborts
 
 
 def build(flavour: str, kind: str, scheme: str, mesh, norm="online", grouped=True, ac="none", seq=256, vocab=2048,
