@@ -17,6 +17,7 @@ from torch.distributed.tensor.parallel import loss_parallel
 from boost import ModelArgs, Transformer
 from boost.comm_counter import CommCounter
 from boost.memory import forward_held_bytes
+from boost.process_exit import exit_finished_process
 from boost.parallel import apply_lowrank_ac, apply_tp
 
 
@@ -38,7 +39,7 @@ def _worker(rank, world_size, init_file, fn, args, queue):
             queue.put(out)  # a SimpleQueue writes to its pipe here, not from a feeder thread
     finally:
         dist.destroy_process_group()
-    os._exit(0)  # skip interpreter finalisation, where torch 2.13's gloo sometimes aborts
+    exit_finished_process()  # gloo can abort in interpreter finalisation (boost.process_exit)
 
 
 def build(flavour: str, kind: str, scheme: str, mesh, norm="online", grouped=True, ac="none", seq=256, vocab=2048,

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-import sys
 import tempfile
 import traceback
 
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from boost.process_exit import exit_finished_process
 
 
 def _worker(rank: int, world_size: int, init_file: str, fn, args, error_dir: str) -> None:
@@ -24,12 +25,7 @@ def _worker(rank: int, world_size: int, init_file: str, fn, args, error_dir: str
         raise
     finally:
         dist.destroy_process_group()
-    # A passing rank leaves without interpreter finalisation: on torch 2.13 a gloo process
-    # sometimes aborts there ("terminate called without an active exception", SIGABRT) after
-    # everything has finished (see torchtitan_ext/train.py, which does the same).
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    exit_finished_process()  # a passing rank: gloo can abort in interpreter finalisation
 
 
 def run_distributed(fn, world_size: int, *args) -> None:

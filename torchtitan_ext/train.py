@@ -4,7 +4,6 @@ and the checkpoint it would resume from — before any process group, data or mo
 ``run_train.sh`` runs ``torchrun ... -m torchtitan_ext.train --job.config_file X.toml``.
 """
 
-import logging
 import os
 import sys
 
@@ -15,6 +14,7 @@ import torchtitan_ext.train_spec  # noqa: F401  (registers the "boost_llama" tra
 
 from torchtitan.train import main, Trainer
 
+from boost.process_exit import exit_finished_process
 from torchtitan_ext.checkpoint_guard import choose_load_step
 from torchtitan_ext.validate import ConfigError, check_config
 
@@ -41,20 +41,6 @@ class BoostTrainer(Trainer):
             dist.barrier()
 
 
-def _exit_without_finalisation() -> None:
-    """End a finished run now, skipping interpreter finalisation.
-
-    Once the run has ended and torchtitan has destroyed the process group, tearing down static C++
-    state at interpreter exit has aborted a gloo run that had finished every step ("terminate
-    called without an active exception", no Python frame on the stack, exit -6). Nothing is left
-    to do by then: logs and tensorboard are closed, checkpoints written.
-    """
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
-
-
 if __name__ == "__main__":
     main(BoostTrainer)  # raises on failure: only a finished run reaches the next line
-    _exit_without_finalisation()
+    exit_finished_process()  # see boost.process_exit: gloo can abort in interpreter finalisation
