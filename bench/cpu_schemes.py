@@ -17,27 +17,31 @@ import platform
 
 import torch
 
-from bench.harness import build, count_step, median, mesh_of, spawn, train_step
+from bench.harness import build, compile_blocks, count_step, median, mesh_of, spawn, train_step
 from bench.plots import pyplot, save
 
 SCHEMES = (("megatron", "full", False), ("vanilla", "cola", False), ("btp", "cola", True))
 
 
-def _body(rank, world_size, flavour, seq, batch, reps, warmup):
+def _body(rank, world_size, flavour, seq, batch, reps, warmup, compiled):
     mesh = mesh_of(world_size)
     tokens = torch.randint(0, 2048, (batch, seq), generator=torch.Generator().manual_seed(0))
     runs = {name: build(flavour, kind, name, mesh, grouped=grouped, seq=seq) for name, kind, grouped in SCHEMES}
+    comm = {name: count_step(*runs[name], tokens) for name in runs}  # eager: a dispatch mode cannot be compiled
+    if compiled:
+        for name, kind, grouped in SCHEMES:
+            model, opt = build(flavour, kind, name, mesh, grouped=grouped, seq=seq)
+            runs[f"{name} compiled"] = (compile_blocks(model), opt)
     times = {name: [] for name in runs}
-    comm = {name: count_step(*runs[name], tokens) for name in runs}
-    for _ in range(warmup):
+    for _ in range(warmup):  # the first compiled step compiles
         for name in runs:
             train_step(*runs[name], tokens)
     for _ in range(reps):
         for name in runs:
             times[name].append(train_step(*runs[name], tokens)[0])
     split = {name: _profile_step(*runs[name], tokens) for name in runs}
-    return {name: (median(times[name]), comm[name].total_count(), comm[name].total_bytes(), split[name])
-            for name in runs}
+    return {name: (median(times[name]), comm[name.split()[0]].total_count(), comm[name.split()[0]].total_bytes(),
+                   split[name]) for name in runs}
 
 
 _GEMM = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}
@@ -67,12 +71,14 @@ def main() -> None:
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--png", default="", help="also draw step time per scheme and TP degree (needs matplotlib)")
+    p.add_argument("--compile", action="store_true",
+                   help="also run each scheme with its blocks compiled (inductor), interleaved with the eager ones")
     a = p.parse_args()
     lines = [
         f"# CPU/gloo step time by TP scheme — {a.flavour}, seq {a.seq}, batch {a.batch}, {a.reps} interleaved reps",
         f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
         f"date {datetime.date.today()}; command: python -m bench.cpu_schemes --tp {' '.join(map(str, a.tp))} "
-        f"--flavour {a.flavour} --seq {a.seq} --batch {a.batch} --reps {a.reps}",
+        f"--flavour {a.flavour} --seq {a.seq} --batch {a.batch} --reps {a.reps}{' --compile' if a.compile else ''}",
         "",
         "| TP | scheme | step s (median) | collectives/step | MiB/step | btp speed-up |",
         "|---|---|---|---|---|---|",
@@ -81,12 +87,21 @@ def main() -> None:
               "| TP | scheme | GEMM | attention | collectives (wait) | other |", "|---|---|---|---|---|---|"]
     step_times: dict[int, dict[str, float]] = {}
     for tp in a.tp:
-        res = spawn(_body, tp, a.flavour, a.seq, a.batch, a.reps, a.warmup)
+        res = spawn(_body, tp, a.flavour, a.seq, a.batch, a.reps, a.warmup, a.compile)
         step_times[tp] = {name: r[0] for name, r in res.items()}
         for name, (t, count, nbytes, split) in res.items():
-            ratio = res[name][0] / res["btp"][0]
+            ratio = res[name][0] / res["btp compiled" if name.endswith("compiled") else "btp"][0]
             lines.append(f"| {tp} | {name} | {t:.3f} | {count} | {nbytes / 2**20:.1f} | {ratio:.2f}× |")
             splits.append(f"| {tp} | {name} | " + " | ".join(f"{v:.3f}" for v in split.values()) + " |")
+    if a.compile:
+        splits += ["", "eager vs compiled (inductor, per block), median step seconds:", "",
+                   "| TP | scheme | eager | compiled | compiled speed-up | btp speed-up eager | btp speed-up compiled |",
+                   "|---|---|---|---|---|---|---|"]
+        for tp, t in step_times.items():
+            for name, _, _ in SCHEMES:
+                c = f"{name} compiled"
+                splits.append(f"| {tp} | {name} | {t[name]:.3f} | {t[c]:.3f} | {t[name] / t[c]:.2f}× | "
+                              f"{t[name] / t['btp']:.2f}× | {t[c] / t['btp compiled']:.2f}× |")
     print("\n".join(lines + splits))
     if a.png:
         _draw(step_times, f"{a.flavour}, seq {a.seq}, batch {a.batch}, CPU/gloo", a.png)
@@ -98,7 +113,7 @@ def _draw(step_times: dict[int, dict[str, float]], title: str, path: str) -> Non
     width = 0.8 / len(SCHEMES)
     for i, (name, _, _) in enumerate(SCHEMES):
         xs = [j + i * width for j in range(len(step_times))]
-        ax.bar(xs, [step_times[tp][name] for tp in step_times], width, label=name)
+        ax.bar(xs, [step_times[tp][name] for tp in step_times], width, label=name)  # eager
     ax.set_xticks([j + width for j in range(len(step_times))], [f"TP={tp}" for tp in step_times])
     ax.set_ylabel("seconds per step (median)")
     ax.set_title(title)

@@ -60,6 +60,13 @@ def build(flavour: str, kind: str, scheme: str, mesh, norm="online", grouped=Tru
     return model, torch.optim.AdamW(model.parameters(), lr=1e-3, foreach=True)
 
 
+def compile_blocks(model, backend: str = "inductor"):
+    """torch.compile each transformer block (fullgraph), as torchtitan's ``apply_compile`` does."""
+    for layer_id, block in model.layers.named_children():
+        model.layers.register_module(layer_id, torch.compile(block, backend=backend, fullgraph=True))
+    return model
+
+
 def train_step(model, opt, tokens, measure_memory: bool = False, fence: bool = True):
     """One step; returns (seconds, forward-held bytes or None). ``fence`` brackets the step with
     barriers so that every rank's time is the slowest rank's."""

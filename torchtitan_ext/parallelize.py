@@ -11,7 +11,7 @@ from torch.distributed.fsdp import FSDPModule
 from torchtitan.config import TORCH_DTYPE_MAP
 from torchtitan.distributed import ParallelDims
 from torchtitan.distributed.activation_checkpoint import apply_ac
-from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list, apply_compile, apply_ddp, apply_fsdp
+from torchtitan.models.llama3.infra.parallelize import apply_compile, apply_ddp, apply_fsdp
 from torchtitan.tools.logging import logger
 
 import boost.parallel
@@ -31,16 +31,17 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
         logger.info(f"Applied {cfg.tp_scheme} tensor parallelism (degree {parallel_dims.tp}, norm {cfg.norm})")
 
     compile_model = job_config.compile.enable and "model" in job_config.compile.components
+    # One switch: boost.activation_checkpoint (the preflight refuses torchtitan's own [activation_checkpoint]
+    # mode beside it). "full" is torchtitan's whole-block AC, applied by torchtitan's own code.
     ac_mode = cfg.activation_checkpoint
-    if ac_mode == "full" or job_config.activation_checkpoint.mode != "none":
+    if ac_mode == "full":
         ac_config = job_config.activation_checkpoint
-        if ac_mode == "full":
-            ac_config.mode = "full"
-        apply_ac(model, ac_config, model_compile_enabled=compile_model, op_sac_save_list=_op_sac_save_list,
-                 base_folder=job_config.job.dump_folder)
+        ac_config.mode = "full"
+        apply_ac(model, ac_config, model_compile_enabled=compile_model, base_folder=job_config.job.dump_folder)
     elif ac_mode == "lowrank":
-        boost.parallel.apply_lowrank_ac(model)
-        logger.info("Applied low-rank activation checkpointing")
+        boost.parallel.apply_lowrank_ac(model, compiled=compile_model)
+        logger.info("Applied low-rank activation checkpointing (%s)", "selective, for torch.compile" if compile_model
+                    else "record and replay")
 
     if compile_model:
         apply_compile(model, job_config.compile)

@@ -22,6 +22,20 @@ from torch.distributed.tensor import DTensor, Replicate
 
 _latents = threading.local()
 
+# A 1-D tensor-parallel group: a DeviceMesh, or its process group's name. The styles pass the name:
+# a DeviceMesh handed to an autograd Function becomes an opaque graph input under torch.compile,
+# which selective activation checkpointing then tries to save as if it were a tensor.
+TPGroup = DeviceMesh | str
+
+
+def _funcol_group(group: TPGroup):
+    return (group, 0) if isinstance(group, DeviceMesh) else group
+
+
+def group_name(mesh: DeviceMesh) -> str:
+    """The name of a 1-D mesh's process group (what the styles hand to the collectives)."""
+    return mesh.get_group().group_name
+
 
 class _AllReduceGradOnBackward(torch.autograd.Function):
     @staticmethod
@@ -68,12 +82,12 @@ class _RowParallelDown(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, group: TPGroup) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         replayed = next_replayed()
         if replayed is not None:
             return replayed
-        return all_reduce_local(torch.matmul(x, weight.t()), mesh)
+        return all_reduce_local(torch.matmul(x, weight.t()), group)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
@@ -83,9 +97,9 @@ class _RowParallelDown(torch.autograd.Function):
         return dx, dweight, None
 
 
-def row_parallel_down(x: torch.Tensor, weight: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
+def row_parallel_down(x: torch.Tensor, weight: torch.Tensor, group: TPGroup) -> torch.Tensor:
     """The row-parallel down-projection with its pinned forward all-reduce, on local tensors."""
-    return _RowParallelDown.apply(x, weight, mesh)
+    return _RowParallelDown.apply(x, weight, group)
 
 
 def next_replayed():
@@ -94,20 +108,20 @@ def next_replayed():
     return replay.pop(0) if replay is not None else None
 
 
-def all_reduce_local(x: torch.Tensor, mesh: DeviceMesh) -> torch.Tensor:
-    """Sum a local tensor over a 1-D mesh (functional collective: traceable by torch.compile)."""
+def all_reduce_local(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
+    """Sum a local tensor over a 1-D group (functional collective: traceable by torch.compile)."""
     replayed = next_replayed()
     if replayed is not None:
         return replayed
-    return _recorded(funcol.wait_tensor(funcol.all_reduce(x, "sum", (mesh, 0))))
+    return _recorded(funcol.wait_tensor(funcol.all_reduce(x, "sum", _funcol_group(group))))
 
 
-def all_reduce_local_coalesced(tensors: list[torch.Tensor], mesh: DeviceMesh) -> list[torch.Tensor]:
+def all_reduce_local_coalesced(tensors: list[torch.Tensor], group: TPGroup) -> list[torch.Tensor]:
     """Sum several local tensors (dtypes may differ where the backend allows) in one collective."""
     replayed = next_replayed()
     if replayed is not None:
         return replayed
-    return _recorded([funcol.wait_tensor(t) for t in funcol.all_reduce_coalesced(tensors, "sum", (mesh, 0))])
+    return _recorded([funcol.wait_tensor(t) for t in funcol.all_reduce_coalesced(tensors, "sum", _funcol_group(group))])
 
 
 def _recorded(result):

@@ -22,9 +22,8 @@ DTensor is rejected by DTensor):
 from __future__ import annotations
 
 import torch
-from torch.distributed.device_mesh import DeviceMesh
 
-from boost.parallel.comm import all_reduce_local, all_reduce_local_coalesced, next_replayed
+from boost.parallel.comm import TPGroup, all_reduce_local, all_reduce_local_coalesced, next_replayed
 
 
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -34,7 +33,7 @@ def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
 
 class OnlineRMSNormDown(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, gamma, weight, eps: float, dim: int, mesh: DeviceMesh):
+    def forward(ctx, x, gamma, weight, eps: float, dim: int, group: TPGroup):
         acc = _stat_dtype(x.dtype)
         replayed = next_replayed()  # low-rank AC's recompute: the kept result, no GEMM, no collective
         if replayed is not None:
@@ -46,7 +45,7 @@ class OnlineRMSNormDown(torch.autograd.Function):
             scale = torch.sqrt(s / x.shape[-1] + eps)  # (..., 1), > 0
             xs = (x.to(acc) * gamma.to(acc) / scale).to(x.dtype)
             h = torch.matmul(xs, weight.t()).to(acc) * scale  # (..., R) partial sum
-            h, s = _all_reduce_latent_and_statistic(h, s, x.dtype, mesh)
+            h, s = _all_reduce_latent_and_statistic(h, s, x.dtype, group)
         inv_rms = torch.rsqrt(s / dim + eps)
         y = (h.to(acc) * inv_rms).to(x.dtype)
         ctx.save_for_backward(x, gamma, weight, y, inv_rms)
@@ -68,7 +67,7 @@ class OnlineRMSNormDown(torch.autograd.Function):
         return dx.to(x.dtype), dgamma.to(gamma.dtype), dweight.to(weight.dtype), None, None, None
 
 
-def _all_reduce_latent_and_statistic(h, s, act_dtype: torch.dtype, mesh: DeviceMesh):
+def _all_reduce_latent_and_statistic(h, s, act_dtype: torch.dtype, group: TPGroup):
     """Sum the partial latent ``h`` and the statistic ``s`` over the mesh in one collective.
 
     Same dtype (fp32/fp64 training): one all-reduce of ``[h | s]``, R+1 columns. bf16/fp16 on
@@ -77,20 +76,20 @@ def _all_reduce_latent_and_statistic(h, s, act_dtype: torch.dtype, mesh: DeviceM
     gloo refuses mixed dtypes in a coalesced call, so low-precision CPU runs send ``[h | s]`` in fp32.
     """
     if act_dtype != s.dtype and h.is_cuda:
-        h, s = all_reduce_local_coalesced([h.to(act_dtype), s], mesh)
+        h, s = all_reduce_local_coalesced([h.to(act_dtype), s], group)
         return h, s
-    hs = all_reduce_local(torch.cat([h, s], dim=-1), mesh)
+    hs = all_reduce_local(torch.cat([h, s], dim=-1), group)
     return hs[..., :-1], hs[..., -1:]
 
 
 class SyncRMSNorm(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, gamma, eps: float, dim: int, mesh: DeviceMesh):
+    def forward(ctx, x, gamma, eps: float, dim: int, group: TPGroup):
         acc = _stat_dtype(x.dtype)
-        s = all_reduce_local(x.to(acc).pow(2).sum(-1, keepdim=True), mesh)
+        s = all_reduce_local(x.to(acc).pow(2).sum(-1, keepdim=True), group)
         inv_rms = torch.rsqrt(s / dim + eps)
         ctx.save_for_backward(x, gamma, inv_rms)
-        ctx.dim, ctx.mesh = dim, mesh
+        ctx.dim, ctx.group = dim, group
         return (x.to(acc) * inv_rms).to(x.dtype) * gamma
 
     @staticmethod
@@ -98,7 +97,7 @@ class SyncRMSNorm(torch.autograd.Function):
         x, gamma, inv_rms = ctx.saved_tensors
         acc = inv_rms.dtype
         xa, g = x.to(acc), (dy * gamma).to(acc)
-        dot = all_reduce_local((g * xa).sum(-1, keepdim=True), ctx.mesh)  # Σ over the full d
+        dot = all_reduce_local((g * xa).sum(-1, keepdim=True), ctx.group)  # Σ over the full d
         dx = g * inv_rms - xa * dot * inv_rms.pow(3) / ctx.dim
         dgamma = (dy.to(acc) * xa * inv_rms).reshape(-1, x.shape[-1]).sum(0)
         return dx.to(x.dtype), dgamma.to(gamma.dtype), None, None, None

@@ -17,7 +17,11 @@ megatron  2 all-reduce (wo, w2)                          2d
 
 from __future__ import annotations
 
+import warnings
+
+import torch
 from torch import nn
+from torch.distributed._functional_collectives import AsyncCollectiveTensor
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
@@ -27,8 +31,6 @@ from torch.distributed.tensor.parallel import (
     SequenceParallel,
     parallelize_module,
 )
-
-from torchtitan.tools.logging import logger
 
 from boost.model.linears import Bottleneck
 from boost.parallel.styles import (
@@ -106,7 +108,9 @@ def apply_tp(
 
 def _apply_btp(model: nn.Module, mesh: DeviceMesh, norm: str) -> None:
     if norm == "online" and not model.model_args.grouped:
-        logger.info("norm = online needs grouped down-projections (one reader per norm); running sync")
+        # The trainer's preflight refuses this pair; a library caller is told, once, what runs instead.
+        warnings.warn('boost.norm = "online" needs boost.group_linears = true (one reader per norm); '
+                      'the ungrouped model runs norm = "sync"', stacklevel=3)
     # The embedding table sharded on its embedding dim yields the Shard(-1) residual stream directly.
     if model.tok_embeddings is not None:
         parallelize_module(model.tok_embeddings, mesh, ColwiseParallel(input_layouts=Replicate()))
@@ -132,6 +136,7 @@ def _apply_replicated_residual(model: nn.Module, mesh: DeviceMesh, scheme: str, 
     seq = Shard(1) if sp else Replicate()
     if model.tok_embeddings is not None:
         parallelize_module(model.tok_embeddings, mesh, RowwiseParallel(input_layouts=Replicate(), output_layouts=seq))
+        model.tok_embeddings.register_forward_hook(_wait_for_async_output)
     if model.norm is not None:
         parallelize_module(model.norm, mesh, SequenceParallel() if sp else ReplicatedParallel())
     for layer in model.layers.values():
@@ -153,6 +158,15 @@ def _apply_replicated_residual(model: nn.Module, mesh: DeviceMesh, scheme: str, 
                 plan.update(_column_then_row(f"{sub}.{name}", scheme, Replicate(), None))
             plan.update(_column_then_row(f"{sub}.{writers[sub]}", scheme, None, seq))
         parallelize_module(layer, mesh, plan)
+
+
+def _wait_for_async_output(module: nn.Module, args, out: torch.Tensor) -> torch.Tensor:
+    """``RowwiseParallel`` returns its all-reduced output still in flight (an ``AsyncCollectiveTensor``).
+    Handed so to a compiled block, its gradient comes back as a plain tensor where the eager
+    redistribute's backward wants a DTensor (torch 2.13: ``'Tensor' object has no attribute
+    '_local_tensor'``). Waiting here, outside the compiled region, costs nothing: the block's first
+    op needs the value anyway."""
+    return out.clone() if isinstance(out, AsyncCollectiveTensor) else out
 
 
 def _column_then_row(fqn: str, scheme: str, reads, writes) -> dict:

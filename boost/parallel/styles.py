@@ -28,7 +28,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from boost.parallel.comm import all_reduce_grad_on_backward, row_parallel_down
+from boost.parallel.comm import all_reduce_grad_on_backward, group_name, row_parallel_down
 from boost.parallel.norms import OnlineRMSNormDown, SyncRMSNorm, local_rms_norm
 
 NORM_MODES = ("online", "sync", "local")
@@ -106,19 +106,43 @@ class ShardedRMSNormParallel(ParallelStyle):
         self.norm = "sync" if norm == "online" else norm
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
-        t = device_mesh.size()
-        _divides("norm weight size", module.weight.shape[0], t)
+        _divides("norm weight size", module.weight.shape[0], device_mesh.size())
         _shard_param(module, "weight", device_mesh, Shard(0))
-        dim, eps, mode = module.weight.shape[0], module.eps, self.norm
-
-        def forward(x: torch.Tensor) -> torch.Tensor:
-            gamma = module.weight.to_local()
-            if mode == "sync":
-                return SyncRMSNorm.apply(x, gamma, eps, dim, device_mesh)
-            return local_rms_norm(x, gamma, eps)
-
-        module.forward = forward  # operates on the local [.., d/t] shard, before and after
+        _swap_forward(module, _sharded_norm_forward, group=group_name(device_mesh), mode=self.norm, dim=module.weight.shape[0])
         return module
+
+
+def _sharded_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A standalone norm over the sharded dim, on the local ``[.., d/t]`` shard, before and after."""
+    gamma = self.weight.to_local()
+    if self._btp_mode == "sync":
+        return SyncRMSNorm.apply(x, gamma, self.eps, self._btp_dim, self._btp_group)
+    return local_rms_norm(x, gamma, self.eps)
+
+
+def _identity_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return x  # a pre-norm folded into its reader's down-projection (online) or run there (sync/local)
+
+
+_SWAPPED: dict[tuple[type, object], type] = {}
+
+
+def _swap_forward(module: nn.Module, forward, **config) -> None:
+    """Give ``module`` a new ``forward`` by swapping its class (as FSDP2's ``fully_shard`` does).
+
+    A per-instance ``module.forward = ...`` would make every block's forward a different object,
+    which torch.compile guards on: each transformer block would compile again (dynamo's recompile
+    limit is 8). A class shared by every block and plain attributes compile once for all of them.
+    ``config`` values are stored as ``_btp_<name>`` attributes; modules go into ``__dict__`` so that
+    they stay out of ``state_dict`` and ``parameters()``.
+    """
+    cls = type(module)
+    key = (cls, forward)
+    if key not in _SWAPPED:
+        _SWAPPED[key] = type(f"BTP{cls.__name__}", (cls,), {"forward": forward, "__module__": __name__})
+    module.__class__ = _SWAPPED[key]
+    for name, value in config.items():
+        module.__dict__[f"_btp_{name}"] = value
 
 
 class BoostParallelStyle(ParallelStyle):
@@ -210,18 +234,14 @@ class BoostParallelStyle(ParallelStyle):
         if norm is not None:
             _shard_param(norm, "weight", device_mesh, Shard(0))
 
-        down.forward = functools.partial(_down_forward, down, norm, self.norm_mode, device_mesh)
+        _swap_forward(down, _down_forward, norm=norm, mode=self.norm_mode, mesh=device_mesh, group=group_name(device_mesh))
         if norm is not None:
-            norm.forward = lambda x: x  # folded into down's forward (online) or done there (sync/local)
+            _swap_forward(norm, _identity_forward)
         if self.latent is not None:
-            module.get_submodule(self.latent).register_forward_hook(
-                lambda mod, args, out: all_reduce_grad_on_backward(out)
-            )
+            module.get_submodule(self.latent).register_forward_hook(_all_reduce_output_grad)
         else:
             for n in up_names:
-                module.get_submodule(n).register_forward_pre_hook(
-                    lambda mod, args: (all_reduce_grad_on_backward(args[0]), *args[1:])
-                )
+                module.get_submodule(n).register_forward_pre_hook(_all_reduce_input_grad)
         return distribute_module(
             module,
             device_mesh,
@@ -235,11 +255,20 @@ def _leaf_projections(module: nn.Module) -> list[nn.Module]:
     return [m for m in module.modules() if isinstance(getattr(m, "weight", None), torch.Tensor)]
 
 
-def _down_forward(down: nn.Linear, norm: nn.Module | None, mode: str, mesh: DeviceMesh, x: DTensor) -> DTensor:
+def _all_reduce_output_grad(module: nn.Module, args, out):
+    return all_reduce_grad_on_backward(out)
+
+
+def _all_reduce_input_grad(module: nn.Module, args):
+    return (all_reduce_grad_on_backward(args[0]), *args[1:])
+
+
+def _down_forward(down: nn.Linear, x: DTensor) -> DTensor:
     """Row-parallel A (optionally after the sharded pre-norm): Partial over r, pinned to Replicate."""
+    norm, mode, mesh, group = down._btp_norm, down._btp_mode, down._btp_mesh, down._btp_group
     if norm is not None and mode == "online":
         y = OnlineRMSNormDown.apply(
-            x.to_local(), norm.weight.to_local(), down.weight.to_local(), norm.eps, norm.weight.shape[0], mesh
+            x.to_local(), norm.weight.to_local(), down.weight.to_local(), norm.eps, norm.weight.shape[0], group
         )
         y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
     else:
@@ -247,12 +276,12 @@ def _down_forward(down: nn.Linear, norm: nn.Module | None, mode: str, mesh: Devi
         if norm is not None:
             gamma = norm.weight.to_local()
             if mode == "sync":
-                xl = SyncRMSNorm.apply(xl, gamma, norm.eps, norm.weight.shape[0], mesh)
+                xl = SyncRMSNorm.apply(xl, gamma, norm.eps, norm.weight.shape[0], group)
             else:
                 xl = local_rms_norm(xl, gamma, norm.eps)
         # A's partial product and the forward all-reduce, r wide, pinned (DTensor would otherwise
         # pick its own strategy), as one Function: low-rank AC's recompute then skips the GEMM.
-        y = row_parallel_down(xl, down.weight.to_local(), mesh)
+        y = row_parallel_down(xl, down.weight.to_local(), group)
         y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
     if down.bias is not None:
         y = y + down.bias
