@@ -34,7 +34,10 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
     # One switch: boost.activation_checkpoint (the preflight refuses torchtitan's own [activation_checkpoint]
     # mode beside it). "full" is torchtitan's whole-block AC, applied by torchtitan's own code.
     ac_mode = cfg.activation_checkpoint
-    if ac_mode == "full":
+    if ac_mode == "full" and compile_model:
+        boost.parallel.apply_compiled_full_ac(model)  # keeps attention: see boost.parallel.checkpointing
+        logger.info("Applied full activation checkpointing to the model (attention output kept, for torch.compile)")
+    elif ac_mode == "full":
         ac_config = job_config.activation_checkpoint
         ac_config.mode = "full"
         apply_ac(model, ac_config, model_compile_enabled=compile_model, base_folder=job_config.job.dump_folder)

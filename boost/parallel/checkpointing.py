@@ -37,7 +37,8 @@ KEPT_COLLECTIVES = frozenset({
     _c10d.all_gather_into_tensor.default,
     _c10d.reduce_scatter_tensor.default,
 })
-# Compiled only: the attention output is kept too (as torchtitan's selective AC keeps it). SDPA's
+# Compiled only (low-rank and full AC): the attention output is kept too (as torchtitan's selective AC
+# keeps it). SDPA's
 # kernels are tagged as seeded (a dropout argument); recomputing one makes AOTAutograd save an RNG
 # state, which torch 2.13 appends after the DeviceMesh objects of DTensor inputs and then fails
 # ("expected all tensors_saved_with_vc_check to be Tensors"). Cost: d/t values per token per
@@ -56,6 +57,24 @@ def _keep_collective_outputs(ctx, op, *args, **kwargs) -> CheckpointPolicy:
     return CheckpointPolicy.PREFER_RECOMPUTE
 
 
+def _keep_attention_outputs(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    return CheckpointPolicy.MUST_SAVE if op in KEPT_ATTENTION else CheckpointPolicy.PREFER_RECOMPUTE
+
+
+def _wrap_blocks(model: nn.Module, context_fn) -> nn.Module:
+    for layer_id, block in model.layers.named_children():
+        wrapped = checkpoint_wrapper(block, context_fn=context_fn, preserve_rng_state=False)
+        model.layers.register_module(layer_id, wrapped)
+    return model
+
+
+def apply_compiled_full_ac(model: nn.Module) -> nn.Module:
+    """Whole-block AC for blocks that will be ``torch.compile``d: everything is recomputed but the
+    attention kernel's output (``KEPT_ATTENTION``: torch 2.13 cannot recompute it in a compiled
+    DTensor block). Eager runs use torchtitan's full AC."""
+    return _wrap_blocks(model, functools.partial(create_selective_checkpoint_contexts, _keep_attention_outputs))
+
+
 def apply_lowrank_ac(model: nn.Module, compiled: bool = False) -> nn.Module:
     """Wrap every transformer block of ``model`` (after tensor parallelism, before compile/FSDP).
 
@@ -67,10 +86,5 @@ def apply_lowrank_ac(model: nn.Module, compiled: bool = False) -> nn.Module:
         >>> model = apply_lowrank_ac(apply_tp(Transformer(args), tp_mesh), compiled=False)
     """
     if compiled:
-        context_fn = functools.partial(create_selective_checkpoint_contexts, _keep_collective_outputs)
-    else:
-        context_fn = record_and_replay_collectives
-    for layer_id, block in model.layers.named_children():
-        wrapped = checkpoint_wrapper(block, context_fn=context_fn, preserve_rng_state=False)
-        model.layers.register_module(layer_id, wrapped)
-    return model
+        return _wrap_blocks(model, functools.partial(create_selective_checkpoint_contexts, _keep_collective_outputs))
+    return _wrap_blocks(model, record_and_replay_collectives)

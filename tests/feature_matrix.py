@@ -1,0 +1,86 @@
+"""What is supported: every combination of tensor-parallel scheme, compile, activation checkpointing
+and layout that BOOST runs, and the ones it refuses. One list, read by tests/test_feature_matrix.py
+(each row a short run through the real trainer, its losses against a reference run of the same
+model) and linked from the README.
+
+Rows cover every pair of {btp, vanilla, megatron} × {eager, compiled} × {AC none, full, lowrank} ×
+{tp, fsdp×tp, pp×tp} at least once (a pairwise design: the full product is 54 runs). A row's
+reference is the same model, eager and without AC, at the same data-parallel degree — a
+data-parallel rank reads its own documents, so only runs with one DP degree see one set of samples:
+``1`` for tp and pp×tp rows, ``fsdp2`` (2 processes) for fsdp×tp rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The model each scheme trains: BTP and vanilla factor the projections (vanilla shards r, so it
+# cannot group them), Megatron is the dense baseline.
+MODELS: dict[str, tuple[str, ...]] = {
+    "btp": ("--boost.linear", "cola", "--boost.tp_scheme", "btp"),
+    "vanilla": ("--boost.linear", "cola", "--boost.tp_scheme", "vanilla", "--boost.no-group-linears",
+                "--boost.norm", "sync"),
+    "megatron": ("--boost.linear", "full", "--boost.tp_scheme", "megatron"),
+}
+
+LAYOUTS: dict[str, tuple[int, tuple[str, ...]]] = {  # name -> (processes, overrides)
+    "tp": (2, ("--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1")),
+    "fsdp×tp": (4, ("--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "2")),
+    "pp×tp": (4, ("--parallelism.tensor_parallel_degree", "2", "--parallelism.pipeline_parallel_degree", "2",
+                  "--parallelism.data_parallel_shard_degree", "1")),
+}
+
+REFERENCES: dict[str, tuple[int, tuple[str, ...]]] = {  # data-parallel degree -> (processes, overrides)
+    "1": (1, ()),
+    "fsdp2": (2, ("--parallelism.data_parallel_shard_degree", "2")),
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    scheme: str
+    compiled: bool
+    ac: str
+    layout: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.scheme}-{'compiled' if self.compiled else 'eager'}-ac_{self.ac}-{self.layout}"
+
+    @property
+    def reference(self) -> str:
+        return "fsdp2" if self.layout == "fsdp×tp" else "1"
+
+    def overrides(self) -> list[str]:
+        args = [*MODELS[self.scheme], *LAYOUTS[self.layout][1], "--boost.activation_checkpoint", self.ac]
+        if self.compiled:
+            args += ["--compile.enable", "--compile.backend", "aot_eager"]
+        return args
+
+
+SUPPORTED: list[Row] = [
+    Row("btp", False, "none", "tp"),
+    Row("btp", True, "lowrank", "tp"),
+    Row("btp", True, "lowrank", "fsdp×tp"),
+    Row("btp", True, "full", "pp×tp"),
+    Row("btp", False, "lowrank", "pp×tp"),
+    Row("vanilla", True, "full", "tp"),
+    Row("vanilla", True, "none", "fsdp×tp"),
+    Row("vanilla", False, "full", "pp×tp"),
+    Row("megatron", True, "none", "pp×tp"),
+    Row("megatron", False, "full", "fsdp×tp"),
+]
+
+# Refused before any process starts: (processes, overrides, a phrase the refusal must contain).
+REFUSED: list[tuple[int, tuple[str, ...], str]] = [
+    (2, (*MODELS["vanilla"], *LAYOUTS["tp"][1], "--boost.activation_checkpoint", "lowrank"),
+     "boost.activation_checkpoint"),
+    (2, (*MODELS["megatron"], *LAYOUTS["tp"][1], "--boost.activation_checkpoint", "lowrank"),
+     "boost.activation_checkpoint"),
+    (1, ("--boost.activation_checkpoint", "lowrank"), "boost.activation_checkpoint"),  # TP = 1: nothing r-wide
+    (2, ("--parallelism.context_parallel_degree", "2"), "parallelism.context_parallel_degree"),
+    (1, ("--activation_checkpoint.mode", "full"), "activation_checkpoint.mode"),  # one AC switch
+    (2, (*LAYOUTS["tp"][1], "--boost.no-group-linears"), "boost.norm"),  # online needs one reader per norm
+    (2, (*LAYOUTS["tp"][1], "--boost.tp_scheme", "vanilla", "--boost.norm", "sync"), "boost.group_linears"),
+    (4, (*LAYOUTS["pp×tp"][1], "--boost.linear", "lax"), "parallelism.pipeline_parallel_degree"),
+]
