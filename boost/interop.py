@@ -3,9 +3,9 @@
 ``load_hf`` reads a folder as ``transformers`` saves it (``config.json`` + ``model.safetensors`` or
 shards with ``model.safetensors.index.json``; safetensors only, so no pickle is ever loaded) and
 builds a ``boost.Transformer`` of any linear kind. ``save_hf`` writes the dense kind back as a LLaMA
-checkpoint that ``LlamaForCausalLM.from_pretrained`` loads, and the low-rank kinds in BOOST's own
-format (per-projection safetensors + a ``boost`` section in ``config.json``) that ``load_hf`` reloads
-bit for bit.
+checkpoint that ``LlamaForCausalLM.from_pretrained`` loads, and the low-rank kinds as a folder with
+BOOST's modeling code that ``AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)``
+loads (``boost.hf_folder``); ``load_hf`` reloads either bit for bit.
 
 RoPE. BOOST (like Meta and torchtitan) rotates *interleaved* pairs ``(x[2j], x[2j+1])``; Hugging Face
 rotates *halves* ``(x[j], x[j + head_dim/2])``. HF's ``convert_llama_weights_to_hf.py`` reorders the
@@ -13,7 +13,7 @@ rows of ``wq`` and ``wk`` per head so that the two conventions give the same att
 
     permute(w, n_heads, d1, d2) = w.view(n_heads, d1 // n_heads // 2, 2, d2).transpose(1, 2).reshape(d1, d2)
 
-``_from_hf_rows`` is its inverse (``view(n_heads, 2, d1 // n_heads // 2, d2)``), applied with the query
+``from_hf_rows`` (``boost.hf_folder``) is its inverse (``view(n_heads, 2, d1 // n_heads // 2, d2)``), applied with the query
 heads to ``q_proj`` and with the key/value heads to ``k_proj``. Both are pure row shuffles: exact.
 
 Low-rank import: each projection ``W ≈ U_r S_r V_rᵀ`` (truncated SVD in float64) becomes
@@ -27,7 +27,8 @@ training, not the same function.
 CLI::
 
     python -m boost.interop import HF_DIR --linear cola --rank 64 --out OUT_DIR
-    python -m boost.interop export BOOST_DIR --out HF_DIR
+    python -m boost.interop export --config train_configs/debug_cola.toml --out HF_DIR   # a run's newest checkpoint
+    python -m boost.interop export BOOST_DIR --out HF_DIR [--densify]
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
+from boost.hf_folder import (
+    MODEL_TYPE, NORMS, PROJECTIONS, from_hf_rows, llama_config, lowrank_config, lowrank_from_hf, lowrank_to_hf,
+    to_hf_rows, write_remote_code, write_tokenizer,
+)  # fmt: skip
 from boost.model.args import LINEAR_KINDS, ModelArgs
 from boost.model.model import Transformer, rope_cache
 from boost.model.state_dict_adapter import to_grouped, to_ungrouped
@@ -54,17 +59,6 @@ __all__ = ["load_hf", "load_hf_with_report", "save_hf", "densify", "args_from_hf
 # per model for lengths nobody here trains on.
 MAX_ROPE_POSITIONS = 4096
 
-# BOOST per-projection name -> Hugging Face module name, inside layer i.
-PROJECTIONS = {
-    "attention.wq": "self_attn.q_proj",
-    "attention.wk": "self_attn.k_proj",
-    "attention.wv": "self_attn.v_proj",
-    "attention.wo": "self_attn.o_proj",
-    "feed_forward.w1": "mlp.gate_proj",
-    "feed_forward.w3": "mlp.up_proj",
-    "feed_forward.w2": "mlp.down_proj",
-}
-NORMS = {"attention_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -75,20 +69,42 @@ def _read_config(path: Path) -> dict:
     config_path = path / "config.json"
     if not config_path.is_file():
         raise FileNotFoundError(f"{config_path} not found: a Hugging Face checkpoint folder needs config.json")
-    with open(config_path) as f:
-        return json.load(f)
+    return _read_json(config_path)
+
+
+def _read_json(file: Path) -> dict:
+    try:
+        content = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{file} is not valid JSON ({e}); restore it from the exported folder") from None
+    if not isinstance(content, dict):
+        raise ValueError(f"{file} holds a JSON {type(content).__name__}, not an object")
+    return content
+
+
+def _load_safetensors(file: Path) -> dict[str, torch.Tensor]:
+    if not file.is_file():
+        raise FileNotFoundError(f"{file} not found (named by the folder's safetensors index)")
+    try:
+        return load_file(file)
+    except Exception as e:  # safetensors raises its own SafetensorError (and OSError) on bad bytes
+        raise ValueError(
+            f"{file} is not a readable safetensors file ({type(e).__name__}: {e}); it is truncated or corrupt: "
+            "copy or export it again"
+        ) from None
 
 
 def _read_weights(path: Path) -> dict[str, torch.Tensor]:
     single, index = path / "model.safetensors", path / "model.safetensors.index.json"
     if single.is_file():
-        return load_file(single)
+        return _load_safetensors(single)
     if index.is_file():
-        with open(index) as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))
+        weight_map = _read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict):
+            raise ValueError(f"{index} has no weight_map object")
         weights: dict[str, torch.Tensor] = {}
-        for shard in shards:
-            weights.update(load_file(path / shard))
+        for shard in sorted(set(weight_map.values())):
+            weights.update(_load_safetensors(path / shard))
         return weights
     hint = " (pickle checkpoints are not read; re-save with safe_serialization=True)" if any(path.glob("*.bin")) else ""
     raise FileNotFoundError(f"{path} has neither model.safetensors nor model.safetensors.index.json{hint}")
@@ -140,18 +156,6 @@ def args_from_hf_config(
     return args
 
 
-def _from_hf_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """Inverse of HF's ``permute``: half-split RoPE rows back to interleaved pairs."""
-    d1, d2 = w.shape
-    return w.view(n_heads, 2, d1 // n_heads // 2, d2).transpose(1, 2).reshape(d1, d2)
-
-
-def _to_hf_rows(w: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """HF's ``permute`` (convert_llama_weights_to_hf.py): interleaved pairs to half-split rows."""
-    d1, d2 = w.shape
-    return w.view(n_heads, d1 // n_heads // 2, 2, d2).transpose(1, 2).reshape(d1, d2)
-
-
 def _dense_from_hf(hf: dict[str, torch.Tensor], args: ModelArgs) -> dict[str, torch.Tensor]:
     """HF tensor names -> BOOST dense (per-projection) names, q/k rows back to interleaved RoPE."""
     sd = {"tok_embeddings.weight": hf["model.embed_tokens.weight"], "norm.weight": hf["model.norm.weight"]}
@@ -161,8 +165,8 @@ def _dense_from_hf(hf: dict[str, torch.Tensor], args: ModelArgs) -> dict[str, to
         src, dst = f"model.layers.{i}.", f"layers.{i}."
         for ours, theirs in PROJECTIONS.items():
             sd[f"{dst}{ours}.weight"] = hf[f"{src}{theirs}.weight"]
-        sd[f"{dst}attention.wq.weight"] = _from_hf_rows(sd[f"{dst}attention.wq.weight"], args.n_heads)
-        sd[f"{dst}attention.wk.weight"] = _from_hf_rows(sd[f"{dst}attention.wk.weight"], args.kv_heads)
+        sd[f"{dst}attention.wq.weight"] = from_hf_rows(sd[f"{dst}attention.wq.weight"], args.n_heads)
+        sd[f"{dst}attention.wk.weight"] = from_hf_rows(sd[f"{dst}attention.wk.weight"], args.kv_heads)
         for ours, theirs in NORMS.items():
             sd[f"{dst}{ours}.weight"] = hf[f"{src}{theirs}.weight"]
     return sd
@@ -185,14 +189,21 @@ def factorize(w: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, f
     return a, b, err
 
 
-def _build(args: ModelArgs, state_dict: dict[str, torch.Tensor]) -> Transformer:
+def _build(args: ModelArgs, state_dict: dict[str, torch.Tensor], source: str = "the checkpoint") -> Transformer:
     """A model holding exactly ``state_dict`` (per-projection names), without random initialisation."""
+    with torch.device("meta"):
+        model = Transformer(args)
+    expected = {k: tuple(v.shape) for k, v in to_ungrouped(model.state_dict(), args).items()}
+    for name, shape in expected.items():
+        if name in state_dict and tuple(state_dict[name].shape) != shape:
+            raise ValueError(
+                f"{source}: tensor {name} has shape {tuple(state_dict[name].shape)}, config.json implies {shape}; "
+                "the weights and config.json come from different models"
+            )
     dtype = torch.get_default_dtype()
     sd = {k: v.to(dtype).contiguous() for k, v in to_grouped(state_dict, args).items()}
     if args.tie_embeddings:
         sd["output.weight"] = sd["tok_embeddings.weight"]
-    with torch.device("meta"):
-        model = Transformer(args)
     model.load_state_dict(sd, strict=True, assign=True)
     if args.tie_embeddings:
         model.output.weight = model.tok_embeddings.weight
@@ -210,7 +221,7 @@ def load_hf_with_report(
     path = Path(path)
     config = _read_config(path)
     if "boost" in config:
-        return _load_boost(path, config["boost"], linear, group_linears), {}
+        return _load_boost(path, config, linear, group_linears), {}
     linear = linear or "full"
     if linear not in LINEAR_KINDS:
         raise ValueError(f"linear = {linear!r} is unknown; choose one of {LINEAR_KINDS}")
@@ -218,12 +229,19 @@ def load_hf_with_report(
         config, linear, rank, True if group_linears is None else group_linears, source=str(path / "config.json")
     )
     hf = _read_weights(path)
-    missing = sorted(k for k in _expected_hf_keys(args) if k not in hf)
+    expected = _expected_hf_shapes(args)
+    missing = sorted(k for k in expected if k not in hf)
     if missing:
         raise KeyError(f"{path}: the checkpoint lacks {len(missing)} LLaMA tensor(s), e.g. {missing[:3]}")
+    for name, shape in expected.items():
+        if tuple(hf[name].shape) != shape:
+            raise ValueError(
+                f"{path}: tensor {name} has shape {tuple(hf[name].shape)}, config.json implies {shape}; "
+                "the weights and config.json come from different models"
+            )
     dense = _dense_from_hf(hf, args)
     if not args.low_rank:
-        return _build(args, dense), {}
+        return _build(args, dense, str(path)), {}
 
     report: dict[int, dict[str, float]] = {}
     sd = {k: v for k, v in dense.items() if not k.endswith(tuple(f"{p}.weight" for p in PROJECTIONS))}
@@ -261,14 +279,23 @@ def load_hf(
     return model
 
 
-def _expected_hf_keys(args: ModelArgs) -> list[str]:
-    keys = ["model.embed_tokens.weight", "model.norm.weight"] + ([] if args.tie_embeddings else ["lm_head.weight"])
+def _expected_hf_shapes(args: ModelArgs) -> dict[str, tuple[int, ...]]:
+    d, f, q, kv = args.dim, args.ffn_dim, args.n_heads * args.head_dim, args.kv_heads * args.head_dim
+    shapes = {"model.embed_tokens.weight": (args.vocab_size, d), "model.norm.weight": (d,)}
+    if not args.tie_embeddings:
+        shapes["lm_head.weight"] = (args.vocab_size, d)
+    per_layer = {
+        "self_attn.q_proj": (q, d), "self_attn.k_proj": (kv, d), "self_attn.v_proj": (kv, d),
+        "self_attn.o_proj": (d, q), "mlp.gate_proj": (f, d), "mlp.up_proj": (f, d), "mlp.down_proj": (d, f),
+        "input_layernorm": (d,), "post_attention_layernorm": (d,),
+    }  # fmt: skip
     for i in range(args.n_layers):
-        keys += [f"model.layers.{i}.{m}.weight" for m in (*PROJECTIONS.values(), *NORMS.values())]
-    return keys
+        shapes.update({f"model.layers.{i}.{m}.weight": shape for m, shape in per_layer.items()})
+    return shapes
 
 
-def _load_boost(path: Path, saved: dict, linear: str | None, group_linears: bool | None) -> Transformer:
+def _load_boost(path: Path, config: dict, linear: str | None, group_linears: bool | None) -> Transformer:
+    saved = config["boost"]
     fields = {f.name for f in dataclasses.fields(ModelArgs)}
     unknown = set(saved) - fields
     if unknown:
@@ -281,7 +308,10 @@ def _load_boost(path: Path, saved: dict, linear: str | None, group_linears: bool
     if group_linears is not None:
         args.group_linears = group_linears
     args.check()
-    return _build(args, _read_weights(path))
+    weights = _read_weights(path)
+    if config.get("model_type") == MODEL_TYPE:  # an exported folder: LLaMA names, half-split q/k rows
+        weights = lowrank_from_hf(weights, args, str(path))
+    return _build(args, weights, str(path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -296,47 +326,33 @@ def _plain(model: Transformer) -> dict[str, torch.Tensor]:
     return {k: v.detach().cpu().contiguous().clone() for k, v in sd.items()}
 
 
-def _hf_config(args: ModelArgs, dtype: torch.dtype) -> dict:
-    dtype_name = str(dtype).removeprefix("torch.")
-    return {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": args.dim,
-        "intermediate_size": args.ffn_dim,
-        "num_hidden_layers": args.n_layers,
-        "num_attention_heads": args.n_heads,
-        "num_key_value_heads": args.kv_heads,
-        "head_dim": args.head_dim,
-        "vocab_size": args.vocab_size,
-        "rms_norm_eps": args.norm_eps,
-        "hidden_act": "silu",
-        "attention_bias": False,
-        "mlp_bias": False,
-        "max_position_embeddings": args.max_seq_len,
-        "tie_word_embeddings": args.tie_embeddings,
-        # Both spellings: transformers < 5 reads rope_theta, >= 5 rope_parameters.
-        "rope_theta": args.rope_theta,
-        "rope_parameters": {"rope_type": "default", "rope_theta": args.rope_theta},
-        "torch_dtype": dtype_name,
-        "dtype": dtype_name,
-    }
-
-
-def save_hf(model: Transformer, path: str | Path) -> None:
-    """Write ``model`` to folder ``path``.
+def save_hf(model: Transformer, path: str | Path, tokenizer_dir: str | Path | None = None) -> None:
+    """Write ``model`` to folder ``path`` for transformers, with the tokenizer of ``tokenizer_dir`` if given.
 
     Dense kind: a Hugging Face LLaMA checkpoint (``config.json`` + ``model.safetensors``, q/k rows in
-    HF's half-split RoPE order) for ``LlamaForCausalLM.from_pretrained``. Low-rank kinds: BOOST's
-    per-projection state dict in ``model.safetensors`` and ``config.json`` with a ``boost`` section
-    (all ``ModelArgs`` fields), which ``load_hf`` reloads exactly. ``densify`` turns an ``svd``
-    model into a dense one first if a LLaMA checkpoint is wanted.
+    HF's half-split RoPE order) for ``LlamaForCausalLM.from_pretrained``. Low-rank kinds: the same
+    layout with each projection's two factors, BOOST's modeling code and ``auto_map`` (``boost.hf_folder``),
+    for ``AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True)``. ``load_hf`` reloads
+    either exactly. ``densify`` turns an ``svd`` model into a dense one first if plain LLaMA is wanted.
+
+    Example::
+
+        >>> save_hf(model, "hf_out", tokenizer_dir="~/.cache/boost/tokenizer-stdlib-v2048-...")
+        >>> AutoModelForCausalLM.from_pretrained("hf_out", trust_remote_code=True)
     """
     path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"--out {path} is an existing file; give a folder path")
     path.mkdir(parents=True, exist_ok=True)
     args = model.model_args
     sd = _plain(model)
+    dtype = sd["tok_embeddings.weight"].dtype
+    bos_id = eos_id = None
+    if tokenizer_dir is not None:
+        bos_id, eos_id = write_tokenizer(tokenizer_dir, path, args.max_seq_len)
     if args.low_rank:
-        config = {"model_type": "boost", "boost": dataclasses.asdict(args)}
+        sd, config = lowrank_to_hf(sd, args), lowrank_config(args, dtype, bos_id, eos_id)
+        write_remote_code(path)
     else:
         hf = {"model.embed_tokens.weight": sd["tok_embeddings.weight"], "model.norm.weight": sd["norm.weight"]}
         if not args.tie_embeddings:
@@ -348,13 +364,13 @@ def save_hf(model: Transformer, path: str | Path) -> None:
             for ours, theirs in NORMS.items():
                 hf[f"{dst}{theirs}.weight"] = sd[f"{src}{ours}.weight"]
             q, k = f"{dst}self_attn.q_proj.weight", f"{dst}self_attn.k_proj.weight"
-            hf[q] = _to_hf_rows(hf[q], args.n_heads).contiguous()
-            hf[k] = _to_hf_rows(hf[k], args.kv_heads).contiguous()
-        sd, config = hf, _hf_config(args, sd["tok_embeddings.weight"].dtype)
+            hf[q] = to_hf_rows(hf[q], args.n_heads).contiguous()
+            hf[k] = to_hf_rows(hf[k], args.kv_heads).contiguous()
+        sd, config = hf, llama_config(args, dtype, bos_id, eos_id)
     save_file(sd, path / "model.safetensors", metadata={"format": "pt"})
     with open(path / "config.json", "w") as f:
         json.dump(config, f, indent=2)
-    logger.info("saved %s %s model to %s", "BOOST-format" if args.low_rank else "LLaMA", args.linear, path)
+    logger.info("saved %s %s model to %s", "BoostForCausalLM" if args.low_rank else "LLaMA", args.linear, path)
 
 
 @torch.no_grad()
@@ -395,6 +411,22 @@ def format_report(report: dict[int, dict[str, float]]) -> str:
 # CLI
 
 
+def _export_source(ns) -> tuple[Transformer, Path | None]:
+    """The model to export and its tokenizer folder: a run's DCP checkpoint (``--config``) or a folder."""
+    if ns.config is not None:
+        from boost.trained_run import load_run
+
+        run = load_run(ns.config, ns.source, ns.tokenizer)
+        return run.model, run.tokenizer.folder
+    if ns.source is None:
+        raise ValueError("export needs a source folder, or --config TOML for a run's newest checkpoint")
+    source = Path(ns.source)
+    if (source / ".metadata").is_file():
+        raise ValueError(f"{source} is a DCP checkpoint: add --config with the TOML of the run that wrote it")
+    tokenizer = ns.tokenizer or (source if (source / "tokenizer.json").is_file() else None)
+    return load_hf(source), tokenizer
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m boost.interop", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -403,11 +435,20 @@ def main(argv: list[str] | None = None) -> int:
     imp.add_argument("--linear", choices=LINEAR_KINDS, default="full")
     imp.add_argument("--rank", type=int, default=None, help="bottleneck rank (default hidden_size // 4)")
     imp.add_argument("--out", required=True)
-    exp = sub.add_parser("export", help="BOOST folder (dense or svd) -> Hugging Face LLaMA folder")
-    exp.add_argument("boost_dir")
+    exp = sub.add_parser(
+        "export", help="a run's DCP checkpoint or a BOOST folder -> transformers folder (any kind, with tokenizer)"
+    )
+    exp.add_argument("source", nargs="?", help="folder (BOOST/transformers), or with --config a step-N folder or step")
+    exp.add_argument("--config", default=None, help="the run's TOML: export its newest (or the given) checkpoint")
+    exp.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the run's / the source folder's)")
+    exp.add_argument("--densify", action="store_true", help="svd only: write plain LlamaForCausalLM (W = B·A)")
     exp.add_argument("--out", required=True)
     ns = parser.parse_args(argv)
+    from boost.trained_run import RunError
+
     try:
+        if Path(ns.out).exists() and not Path(ns.out).is_dir():  # refused before any work
+            raise FileExistsError(f"--out {ns.out} is an existing file; give a folder path")
         if ns.command == "import":
             model, report = load_hf_with_report(ns.hf_dir, ns.linear, ns.rank)
             if model.model_args.low_rank:
@@ -415,8 +456,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(format_report(report))
             save_hf(model, ns.out)
         else:
-            save_hf(densify(load_hf(ns.boost_dir)), ns.out)
-    except (FileNotFoundError, KeyError, ValueError) as e:
+            model, tokenizer = _export_source(ns)
+            save_hf(densify(model) if ns.densify else model, ns.out, tokenizer)
+    except (FileNotFoundError, FileExistsError, KeyError, ValueError, RunError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"wrote {ns.out}")

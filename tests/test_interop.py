@@ -188,8 +188,40 @@ def test_cli_import_and_export(hf, tmp_path, tokens, capsys):
     assert out.returncode == 0, out.stderr
     theirs = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "hf").eval()
     torch.testing.assert_close(_logits(theirs, tokens), _logits(model, tokens), rtol=0, atol=0)
-    assert main(["export", str(tmp_path / "cola"), "--out", str(tmp_path / "nope")]) == 2
+    assert main(["export", str(tmp_path / "cola"), "--densify", "--out", str(tmp_path / "nope")]) == 2
     assert "no dense" in capsys.readouterr().err
+
+
+def _import_error(capsys, *argv) -> str:
+    assert main(["import", *map(str, argv)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+def test_cli_names_the_bad_file_tensor_or_argument(hf, tmp_path, capsys):
+    # Each broken input in-process: exit status 2 and a message naming what is wrong, no traceback.
+    _, path = hf
+    good = (path / "model.safetensors").read_bytes()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    shutil.copy(path / "config.json", broken / "config.json")
+    for name, payload in (("truncated", good[: len(good) // 2]), ("garbage", b"\x00not safetensors" * 64)):
+        (broken / "model.safetensors").write_bytes(payload)
+        err = _import_error(capsys, broken, "--out", tmp_path / f"out_{name}")
+        assert f"{broken / 'model.safetensors'} is not a readable safetensors file" in err, (name, err)
+    # A tensor of the wrong shape is named (the weights of a model with another FFN width).
+    config = json.loads((path / "config.json").read_text())
+    (broken / "config.json").write_text(json.dumps({**config, "intermediate_size": 160}))
+    (broken / "model.safetensors").write_bytes(good)
+    err = _import_error(capsys, broken, "--out", tmp_path / "out_shape")
+    assert "tensor model.layers.0.mlp.gate_proj.weight has shape (176, 64), config.json implies (160, 64)" in err
+    (broken / "config.json").write_text('{"model_type": "llama", ')
+    assert f"{broken / 'config.json'} is not valid JSON" in _import_error(capsys, broken, "--out", tmp_path / "o")
+    existing = tmp_path / "a_file"
+    existing.write_text("")
+    assert f"--out {existing} is an existing file" in _import_error(capsys, path, "--out", existing)
+    assert existing.read_text() == ""
 
 
 @pytest.mark.parametrize(
