@@ -86,7 +86,8 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_good_checkpoints(tmp_path
     env = dict(os.environ, NGPU="1", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
     cmd = ["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), "--training.steps", "30", *SMALL,
            "--validation.no-enable", "--checkpoint.interval", "1", "--optimizer.lr", "1e30",
-           "--lr_scheduler.warmup_steps", "1", "--training.max_norm", "1e30"]
+           "--lr_scheduler.warmup_steps", "1", "--training.max_norm", "1e30",
+           "--boost.no-log-comm"]  # the guard stands with the comm metrics off too
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
@@ -118,10 +119,10 @@ def _descendants(pid: int) -> list[int]:
 
 
 @pytest.mark.slow
-def test_sigkill_mid_run_at_tp2_resumes_onto_the_same_curve(tmp_path):
+def test_sigkill_mid_run_at_tp2_resumes_at_one_process_onto_the_same_curve(tmp_path):
     # bigger steps than the other tests: the kill must land while the run is still going
-    tp = ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1",
-          "--training.seq_len", "256", "--training.local_batch_size", "8"]
+    big = ["--training.seq_len", "256", "--training.local_batch_size", "8"]
+    tp = ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1", *big]
     straight = losses(run_train(tmp_path, *COMMON, *tp, "--checkpoint.no-enable", ngpu=2, steps=20, folder="straight"))
 
     env = dict(os.environ, NGPU="2", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
@@ -138,9 +139,13 @@ def test_sigkill_mid_run_at_tp2_resumes_onto_the_same_curve(tmp_path):
     for pid in [proc.pid, *_descendants(proc.pid)]:  # the launcher and both ranks, mid-step
         os.kill(pid, signal.SIGKILL)
     proc.wait()
-    log = run_train(tmp_path, *COMMON, *tp, "--checkpoint.interval", "5", ngpu=2, steps=20, folder="killed")
+    # resumed at 1 process: DCP reshards the tp=2 checkpoint (same data-parallel degree, same samples)
+    log = run_train(tmp_path, *COMMON, *big, "--checkpoint.interval", "5", ngpu=1, steps=20, folder="killed")
     resumed = losses(log)
     assert resumed, log[-3000:]
     first = min(resumed)
     assert "Training starts at step" in log and 6 <= first < 20
-    assert resumed == {s: v for s, v in straight.items() if s >= first}
+    # TP=2 and 1 process agree to f32 rounding (the all-reduces sum in another order), not to the bit
+    assert resumed.keys() == {s for s in straight if s >= first}
+    for step, loss in resumed.items():
+        assert abs(loss - straight[step]) <= 1e-5 * straight[step], (step, loss, straight[step])

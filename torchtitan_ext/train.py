@@ -6,6 +6,7 @@ and the checkpoint it would resume from — before any process group, data or mo
 
 import os
 import sys
+import time
 
 import torch.distributed as dist
 
@@ -15,21 +16,61 @@ import torchtitan_ext.train_spec  # noqa: F401  (registers the "boost_llama" tra
 from torchtitan.train import main, Trainer
 
 from boost.process_exit import exit_finished_process
-from torchtitan_ext.checkpoint_guard import choose_load_step
-from torchtitan_ext.validate import ConfigError, check_config
+from torchtitan_ext.checkpoint_guard import CheckpointRefused, prepare_resume
+from torchtitan_ext.checkpoint_identity import model_identity
+from torchtitan_ext.checkpoint_manager import BoostCheckpointManager
+from torchtitan_ext.run_lock import RunFolderInUse, RunLock
+from torchtitan_ext.validate import ConfigError, check_config, world_size_from_env
+
+
+# How long ranks other than 0 wait, after a refusal, for torchrun to stop them once rank 0 has exited.
+_REFUSAL_GRACE_S = 30
 
 
 class BoostTrainer(Trainer):
-    """torchtitan's ``Trainer``: config and checkpoint checks first, and an orderly exit."""
+    """torchtitan's ``Trainer``: config and checkpoint checks first, the run folder held for the life
+    of the run, checkpoints that record their model, and an orderly exit."""
 
     def __init__(self, job_config):
         try:
-            check_config(job_config, int(os.environ.get("WORLD_SIZE", "1")))
+            check_config(job_config, world_size_from_env(job_config))
         except ConfigError as e:
             print(f"BOOST config error: {e}", file=sys.stderr)
             raise SystemExit(2) from None
-        choose_load_step(job_config)
+        try:
+            # rank 0 holds the folder; the other ranks are stopped by torchrun if it refuses
+            self.run_lock = RunLock.acquire(job_config.job.dump_folder) if os.environ.get("RANK", "0") == "0" else None
+            prepare_resume(job_config, world_size_from_env(job_config))
+        except (CheckpointRefused, RunFolderInUse) as e:
+            if os.environ.get("RANK", "0") == "0":
+                print(e, file=sys.stderr, flush=True)
+            else:
+                # Every rank refuses alike; rank 0 says why. A rank leaving first would have torchrun
+                # stop rank 0 before it printed (seen), so the others wait to be stopped with it.
+                time.sleep(_REFUSAL_GRACE_S)
+            raise SystemExit(2) from None
         super().__init__(job_config)
+        self._record_model_identity()
+
+    def _record_model_identity(self) -> None:
+        """Swap torchtitan's checkpoint manager for BOOST's (same arguments as torchtitan's ``__init__``
+        passes; torchtitan 0.2.2 has no hook to choose the class), which records the model it saves."""
+        plain = self.checkpointer
+        if not plain.enable:
+            return
+        plain.close()  # stops its purge thread; nothing was saved or loaded yet
+        self.checkpointer = BoostCheckpointManager(
+            dataloader=self.dataloader,
+            model_parts=self.model_parts,
+            optimizers=self.optimizers,
+            lr_schedulers=self.lr_schedulers,
+            states={"train_state": self},
+            checkpoint_config=self.job_config.checkpoint,
+            sd_adapter=plain.sd_adapter,
+            base_folder=self.job_config.job.dump_folder,
+            model_identity=model_identity(self.model_args, self.job_config)
+            if self.job_config.model.name == "boost_llama" else None,
+        )
 
     def train(self) -> None:
         super().train()

@@ -1,0 +1,73 @@
+"""One trainer per run folder: an ``flock`` on ``<dump>/.boost_run.lock``, held for the life of the run.
+
+torchrun starts its workers in sessions of their own, so killing ``run_train.sh``'s process group
+leaves the ranks training and saving; a trainer started on the same folder right away would write
+the same checkpoints beside them. Rank 0 holds an exclusive ``flock`` from before its process group
+starts until the process ends — the OS releases it when the process dies, however it dies, so a
+lock is never stale. A second trainer's rank 0 (and ``run_train.sh``'s preflight, before torchrun)
+finds it held and refuses, naming the holder's pid from the file; its other ranks are stopped by
+torchrun when rank 0 exits.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from pathlib import Path
+
+LOCK_FILE = ".boost_run.lock"
+
+
+class RunFolderInUse(SystemExit):
+    """Another live trainer holds the run folder. A ``SystemExit``: uncaught, it prints the message
+    alone (no traceback) and ends the process."""
+
+
+class RunLock:
+    """The held lock of one run folder; keep the object alive for as long as the run."""
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd = fd
+        self.path = path
+
+    @classmethod
+    def acquire(cls, dump_folder: str | Path) -> RunLock:
+        """Take the folder's lock, recording this process as its holder; raise ``RunFolderInUse`` if held."""
+        path = Path(dump_folder) / LOCK_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise RunFolderInUse(_refusal(Path(dump_folder), holder)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
+        return cls(fd, path)
+
+    def release(self) -> None:
+        """Give the folder up before the process ends (tests; a finished run simply exits)."""
+        if self._fd >= 0:
+            os.close(self._fd)  # closing the last descriptor drops the flock
+            self._fd = -1
+
+
+def check_run_folder_free(dump_folder: str | Path) -> None:
+    """Raise ``RunFolderInUse`` if a live trainer holds ``dump_folder``; take nothing (the preflight)."""
+    if (Path(dump_folder) / LOCK_FILE).is_file():
+        RunLock.acquire(dump_folder).release()
+
+
+def _read_holder(fd: int) -> str:
+    text = os.pread(fd, 200, 0).decode(errors="replace").strip()
+    return text or "a process that has not yet written its pid"
+
+
+def _refusal(dump_folder: Path, holder: str) -> str:
+    return (
+        f"BOOST run folder error: job.dump_folder = {str(dump_folder)!r} is in use by another trainer ({holder}). Two trainers in one "
+        f"folder overwrite each other's checkpoints. Wait for it to finish or stop it (kill that pid: torchrun's "
+        f"ranks outlive a killed run_train.sh), or train elsewhere with --job.dump_folder NEW_FOLDER."
+    )
