@@ -19,6 +19,7 @@ from torchtitan.config import ConfigManager, JobConfig
 from torchtitan.hf_datasets.text_datasets import build_text_validation_dataloader, DATASETS
 
 import torchtitan_ext.data as data
+from torchtitan_ext.config_error import ConfigError
 from torchtitan_ext.data import (
     BOS_TOKEN,
     build_boost_dataloader,
@@ -26,7 +27,9 @@ from torchtitan_ext.data import (
     build_boost_validation_dataloader,
     boost_vocab_size,
     EOS_TOKEN,
+    check_tokenizer_assets,
     load_local_dataset,
+    read_local_corpus,
     stdlib_files,
     stdlib_root,
 )
@@ -311,7 +314,7 @@ def test_local_dataset_errors_name_the_setting(tmp_path, tokenizer, cache_dir):
     with pytest.raises(ValueError, match=r"training\.dataset_path, which is not set"):
         build_boost_dataloader(1, 0, tokenizer, job_config(cache_dir, "--training.dataset", "local"))
     missing = job_config(cache_dir, "--training.dataset", "local", "--training.dataset_path", str(tmp_path / "nope"))
-    with pytest.raises(FileNotFoundError, match=r"training\.dataset_path = .*nope.* does not exist"):
+    with pytest.raises(ConfigError, match=r"training\.dataset_path = .*nope.*: does not exist"):
         build_boost_dataloader(1, 0, tokenizer, missing)
     empty = job_config(cache_dir, "--training.dataset", "local", "--training.dataset_path", str(tmp_path))
     with pytest.raises(ValueError, match=r"holds no \.txt/\.jsonl/\.parquet file"):
@@ -325,6 +328,96 @@ def test_local_dataset_errors_name_the_setting(tmp_path, tokenizer, cache_dir):
         build_boost_validation_dataloader(1, 0, tokenizer, validation)
     with pytest.raises(ValueError, match=r"validation\.dataset_path"):  # the Validator's own path
         build_text_validation_dataloader(1, 0, tokenizer, validation)
+
+
+# (file name, content, what the refusal says after "training.dataset_path: <dir>/")
+MALFORMED = [
+    ("empty.txt", b"", r"empty\.txt is empty; fill it or remove it"),
+    ("blank.txt", b" \n\t\n", r"blank\.txt holds only blank space"),
+    ("latin1.txt", "line one\ncaf\u00e9\n".encode("latin-1"), r"latin1\.txt:2 is not UTF-8 text \(byte 12\); convert it"),
+    ("binary.txt", b"\x00\x01\x02ELF", r"binary\.txt:1 holds NUL bytes: a binary file"),
+    ("empty.jsonl", b"", r"empty\.jsonl is empty"),
+    ("blank.jsonl", b"\n\n", r"blank\.jsonl holds only blank space"),
+    ("blank_lines.jsonl", b"\n \n\n{}", r"blank_lines\.jsonl:4 has no 'text' field \(keys: \[\]\)"),
+    ("not_json.jsonl", b'{"text": "a"}\nnot json\n', r"not_json\.jsonl:2 is not JSON \(Expecting value, column 1\)"),
+    ("list.jsonl", b'["text"]\n', r"list\.jsonl:1 is a JSON list, not an object"),
+    ("no_text.jsonl", b'{"content": "x"}\n', r"no_text\.jsonl:1 has no 'text' field \(keys: \['content'\]\)"),
+    ("number.jsonl", b'{"text": 5}\n', r"number\.jsonl:1 has a 'text' of type int, not a string"),
+    ("fake.parquet", b"PAR1 not really", r"fake\.parquet is not a readable parquet file"),
+]
+
+
+@pytest.mark.parametrize("name,content,message", MALFORMED, ids=[m[0] for m in MALFORMED])
+def test_malformed_local_corpus_is_refused_with_file_line_and_fix(tmp_path, name, content, message):
+    (tmp_path / "good.txt").write_text("a good document")  # one bad file spoils the folder: nothing is skipped
+    (tmp_path / name).write_bytes(content)
+    with pytest.raises(ConfigError, match=rf"^training\.dataset_path: {tmp_path}/{message}"):
+        read_local_corpus(str(tmp_path))
+
+
+def test_jsonl_lines_split_on_newline_only(tmp_path):
+    # JSON strings may hold U+2028 and \x0c raw; str.splitlines() would cut such a record in two.
+    docs = ["one\u2028line", "form\x0cfeed"]
+    (tmp_path / "a.jsonl").write_text("\r\n".join(json.dumps({"text": d}, ensure_ascii=False) for d in docs) + "\n")
+    assert read_local_corpus(str(tmp_path / "a.jsonl")) == docs
+
+
+def test_parquet_without_string_text_column_is_refused(tmp_path):
+    pq.write_table(pa.table({"text": [1, 2]}), tmp_path / "ints.parquet")
+    with pytest.raises(ConfigError, match=r"ints\.parquet has a 'text' column of int64, not strings"):
+        read_local_corpus(str(tmp_path / "ints.parquet"))
+    pq.write_table(pa.table({"text": ["a", None]}), tmp_path / "nulls.parquet")
+    with pytest.raises(ConfigError, match=r"nulls\.parquet row 1 has a null 'text'"):
+        read_local_corpus(str(tmp_path / "nulls.parquet"))
+
+
+def test_corpus_smaller_than_the_data_parallel_degree_is_refused_before_start(tmp_path):
+    from torchtitan_ext.validate import check_job
+
+    corpus = tmp_path / "one.jsonl"
+    corpus.write_text(json.dumps({"text": "the only document"}) + "\n")
+    argv = ["--job.config_file", str(Path(__file__).parents[1] / "train_configs" / "debug_cola.toml"),
+            "--training.dataset", "local", "--training.dataset_path", str(corpus)]
+    check_job(argv, 1)
+    with pytest.raises(ConfigError, match=r"holds 1 document\(s\), fewer than the data-parallel degree 2"):
+        check_job([*argv, "--parallelism.data_parallel_shard_degree", "2"], 2)
+    # Validation reads its set once: a share that cannot fill one batch would end torchtitan's
+    # Validator on an empty loss list at the first validation.
+    validation = ["--validation.dataset", "local", "--validation.dataset_path", str(corpus)]
+    with pytest.raises(ConfigError, match=r"^validation\.dataset_path = .*: a data-parallel rank's share holds at most "
+                                          r"19 tokens, fewer than one validation batch \(local_batch_size × "
+                                          r"\(seq_len \+ 1\) = 2056\)"):
+        check_job([*argv, *validation], 1)
+    check_job([*argv, *validation, "--validation.local_batch_size", "1", "--validation.seq_len", "8"], 1)
+
+
+def test_no_corpus_makes_a_loader_spin(tmp_path, tokenizer, cache_dir):
+    # torchtitan's infinite loader re-loops an empty shard forever: a rank with no document is refused
+    # when its loader is built, even when nothing checked the corpus before (here, no preflight).
+    corpus = tmp_path / "one.jsonl"
+    corpus.write_text(json.dumps({"text": "the only document"}) + "\n")
+    config = job_config(cache_dir, "--training.dataset", "local", "--training.dataset_path", str(corpus),
+                        "--training.seq_len", "8")
+    next(iter(build_boost_dataloader(1, 0, tokenizer, config)))  # one tiny document still yields (re-looped)
+    with pytest.raises(ConfigError, match=r"data-parallel rank 1 got no document"):
+        build_boost_dataloader(2, 1, tokenizer, config)
+    corpus.write_text("")
+    with pytest.raises(ConfigError, match=r"one\.jsonl is empty"):
+        build_boost_dataloader(1, 0, tokenizer, config)
+
+
+def test_tokenizer_file_that_does_not_parse_is_refused(tmp_path, tokenizer):
+    (tmp_path / "tokenizer.json").write_text("{garbage")
+    with pytest.raises(ConfigError, match=rf"model\.hf_assets_path: {tmp_path}/tokenizer\.json does not parse"):
+        check_tokenizer_assets(str(tmp_path), 1)
+    check_tokenizer_assets(tokenizer.tokenizer_path, 1)  # the real one passes, and its 1024 tokens split 2 ways
+    check_tokenizer_assets(tokenizer.tokenizer_path, 2)
+    with pytest.raises(ConfigError, match=r"its tokenizer has 1024 tokens, which the TP degree 3 does not divide"):
+        check_tokenizer_assets(tokenizer.tokenizer_path, 3)
+    (tmp_path / "tokenizer.json").write_bytes((Path(tokenizer.tokenizer_path) / "tokenizer.json").read_bytes())
+    (tmp_path / "tokenizer_config.json").write_text("{")
+    with pytest.raises(ConfigError, match=r"tokenizer_config\.json is not valid JSON"):
+        check_tokenizer_assets(str(tmp_path), 1)
 
 
 def test_registration_is_idempotent_and_other_names_fall_through(tokenizer, cache_dir):

@@ -10,7 +10,8 @@ torchtitan's ``Validator`` reading a ``HeldOutTextDataset``, which starts afresh
   depends on the file system's listing order.
 - ``local``: ``training.dataset_path`` (``validation.dataset_path`` for validation), a ``.txt``
   (one document per file), ``.jsonl`` (field ``text``) or ``.parquet`` (column ``text``) file, or a
-  folder of them. Held in memory, so for corpora beyond RAM use a streamed Hugging Face dataset.
+  folder of them, read strictly by ``torchtitan_ext.local_corpus``. Held in memory, so for corpora
+  beyond RAM use a streamed Hugging Face dataset.
 - any other name: torchtitan's own registry (``c4`` etc., which needs a network).
 
 Packing, sharding by data-parallel rank and checkpointable state are torchtitan's
@@ -49,6 +50,9 @@ from torchtitan.hf_datasets import DatasetConfig
 from torchtitan.hf_datasets.text_datasets import build_text_dataloader, DATASETS, HuggingFaceTextDataset
 from torchtitan.tools.logging import logger
 
+from torchtitan_ext.config_error import ConfigError, refuse
+from torchtitan_ext.local_corpus import contiguous_shards, local_text_files, read_local_corpus
+
 BOS_TOKEN = "<|begin_of_text|>"
 EOS_TOKEN = "<|end_of_text|>"
 
@@ -59,7 +63,6 @@ _TOKENIZER_TRAIN_CHARS = 4_000_000  # enough for a 2k-8k vocabulary, trains in a
 _BPE_RECIPE = "bytelevel-bpe/no-prefix-space/v1"
 # torchtitan's default points into its own source tree; outside it, it is not a user's choice.
 _TORCHTITAN_DEFAULT_ASSETS = "./tests/assets/tokenizer"
-LOCAL_SUFFIXES = (".txt", ".jsonl", ".parquet")
 
 
 # ----------------------------------------------------------------------------- stdlib corpus
@@ -119,61 +122,46 @@ def load_stdlib_dataset(split: str) -> Dataset:
 # ----------------------------------------------------------------------------- local files
 
 
-def local_text_files(dataset_path: str | None, config_field: str = "training.dataset_path") -> list[Path]:
-    """The ``.txt``/``.jsonl``/``.parquet`` files a ``local`` dataset reads, in sorted path order.
-
-    Raises a ``ValueError``/``FileNotFoundError`` naming ``config_field`` when the path is unset,
-    missing or holds no such file.
-    """
-    fix = f"set --{config_field} to a {'/'.join(LOCAL_SUFFIXES)} file or a folder of them"
-    if not dataset_path:
-        raise ValueError(f'dataset "local" reads {config_field}, which is not set: {fix}')
-    path = Path(dataset_path).expanduser()
-    if not path.exists():
-        raise FileNotFoundError(f"{config_field} = {dataset_path!r} does not exist: {fix}")
-    if path.is_file():
-        files = [path] if path.suffix in LOCAL_SUFFIXES else []
-    else:
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in LOCAL_SUFFIXES)
-    if not files:
-        raise ValueError(f"{config_field} = {dataset_path!r} holds no {'/'.join(LOCAL_SUFFIXES)} file: {fix}")
-    return files
-
-
-def _read_jsonl_texts(path: Path) -> Iterator[str]:
-    with path.open(encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            if "text" not in record:
-                raise ValueError(f"{path}:{line_number} has no 'text' field (keys: {sorted(record)})")
-            yield record["text"]
-
-
-def _read_parquet_texts(path: Path) -> list[str]:
-    import pyarrow.parquet as pq
-
-    if "text" not in pq.read_schema(path).names:
-        raise ValueError(f"{path} has no 'text' column (columns: {pq.read_schema(path).names})")
-    return pq.read_table(path, columns=["text"]).column("text").to_pylist()
-
-
 def load_local_dataset(dataset_path: str | None) -> Dataset:
     """A ``local`` dataset: one ``text`` row per ``.txt`` file, ``.jsonl`` line or ``.parquet`` row."""
-    # The loader cannot tell training from validation; build_boost_*_dataloader checks first with
-    # the exact field, so this message only shows when torchtitan's Validator builds it directly.
-    files = local_text_files(dataset_path, "training.dataset_path (validation.dataset_path for validation)")
-    texts: list[str] = []
-    for path in files:
-        if path.suffix == ".txt":
-            texts.append(_read_source(path))
-        elif path.suffix == ".jsonl":
-            texts.extend(_read_jsonl_texts(path))
-        else:
-            texts.extend(_read_parquet_texts(path))
-    logger.info(f"Local dataset: {len(texts)} documents from {len(files)} files under {dataset_path}")
+    # The loader cannot tell training from validation; validate.check_config checks first with the
+    # exact field, so this message only shows when torchtitan's Validator builds it directly.
+    texts = read_local_corpus(dataset_path, "training.dataset_path (validation.dataset_path for validation)")
+    logger.info(f"Local dataset: {len(texts)} documents under {dataset_path}")
     return Dataset.from_dict({"text": texts})
+
+
+def check_dataset(name: str, dataset_path: str | None, section: str, dp_degree: int,
+                  batch_tokens: int | None = None) -> None:
+    """Refuse an unknown dataset, or a ``local`` corpus that is malformed or too small for the ranks.
+
+    torchtitan gives each data-parallel rank a contiguous share of the documents; a rank with none
+    would loop over nothing forever (torchtitan's infinite loader re-loops without yielding). A
+    finite loader (validation: pass ``batch_tokens`` = local_batch_size × (seq_len + 1)) whose
+    share cannot fill one batch yields nothing, and torchtitan's Validator then fails on an empty
+    loss list at the first validation, possibly hours in.
+    """
+    register_datasets()
+    if name.lower() not in DATASETS:
+        refuse(f"{section}.dataset", name, f"unknown dataset; choose one of {sorted(DATASETS)}")
+    config_field = f"{section}.dataset_path"
+    if name.lower() in ("stdlib", "stdlib_validation") and dataset_path:
+        refuse(config_field, dataset_path, f'the stdlib datasets read the interpreter\'s sources and would ignore it: '
+                                           f'set {section}.dataset = "local" to read it, or remove the path')
+    if name.lower() != "local":
+        return
+    texts = read_local_corpus(dataset_path, config_field)
+    if len(texts) < dp_degree:
+        refuse(config_field, dataset_path, f"holds {len(texts)} document(s), fewer than the data-parallel degree "
+                                          f"{dp_degree}: each data-parallel rank needs one; add documents or "
+                                          "lower the degree")
+    if batch_tokens is not None:
+        # Byte-level BPE: a token covers at least one UTF-8 byte, so bytes + BOS + EOS bound the tokens.
+        most = min(sum(len(t.encode()) + 2 for t in shard) for shard in contiguous_shards(texts, dp_degree))
+        if most < batch_tokens:
+            refuse(config_field, dataset_path, f"a data-parallel rank's share holds at most {most} tokens, fewer than "
+                                              f"one {section} batch (local_batch_size × (seq_len + 1) = {batch_tokens}): "
+                                              f"add text, or lower {section}.local_batch_size or {section}.seq_len")
 
 
 # ----------------------------------------------------------------------------- registration
@@ -206,7 +194,35 @@ def build_boost_dataloader(
     register_datasets()
     if job_config.training.dataset.lower() == "local":
         local_text_files(job_config.training.dataset_path, "training.dataset_path")
-    return build_text_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
+    source = job_config.training.dataset_path or job_config.training.dataset
+    with _refusing_empty_shards(source, dp_rank):
+        loader = build_text_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
+        _refuse_empty_shard(loader.dataset)
+    return loader
+
+
+class _EmptyShard(Exception):
+    pass
+
+
+def _refuse_empty_shard(dataset: HuggingFaceTextDataset) -> None:
+    if isinstance(dataset._data, Dataset) and len(dataset._data) == 0:
+        raise _EmptyShard
+
+
+@contextmanager
+def _refusing_empty_shards(source: str, dp_rank: int) -> Iterator[None]:
+    """Refuse a data-parallel rank that gets no document of a map-style corpus.
+
+    torchtitan's infinite loader would re-loop an empty shard forever without yielding a sample,
+    and ``datasets`` raises a bare IndexError for some sizes while sharding (check_dataset refuses
+    such corpora before start; this guards every other way in).
+    """
+    try:
+        yield
+    except (_EmptyShard, IndexError):
+        raise ConfigError(f"{source}: data-parallel rank {dp_rank} got no document; add documents or lower the "
+                          "data-parallel degree") from None
 
 
 class HeldOutTextDataset(HuggingFaceTextDataset):
@@ -234,10 +250,12 @@ def build_boost_validation_dataloader(
     cfg = job_config.validation
     if cfg.dataset.lower() == "local":
         local_text_files(cfg.dataset_path, "validation.dataset_path")
-    dataset = HeldOutTextDataset(
-        dataset_name=cfg.dataset, dataset_path=cfg.dataset_path, tokenizer=tokenizer, seq_len=cfg.seq_len,
-        dp_rank=dp_rank, dp_world_size=dp_world_size, infinite=infinite,
-    )  # fmt: skip
+    with _refusing_empty_shards(cfg.dataset_path or cfg.dataset, dp_rank):
+        dataset = HeldOutTextDataset(
+            dataset_name=cfg.dataset, dataset_path=cfg.dataset_path, tokenizer=tokenizer, seq_len=cfg.seq_len,
+            dp_rank=dp_rank, dp_world_size=dp_world_size, infinite=infinite,
+        )  # fmt: skip
+        _refuse_empty_shard(dataset)
     return ParallelAwareDataloader(
         dataset, dp_rank=dp_rank, dp_world_size=dp_world_size,
         **{**asdict(cfg.dataloader), "batch_size": cfg.local_batch_size},
@@ -355,6 +373,37 @@ def boost_tokenizer_dir(job_config: JobConfig) -> Path:
     if assets and assets != _TORCHTITAN_DEFAULT_ASSETS:
         logger.warning(f"model.hf_assets_path = {assets!r} holds no tokenizer.json; using the offline stdlib BPE")
     return ensure_stdlib_tokenizer(job_config)
+
+
+def check_tokenizer_assets(hf_assets_path: str, tp_degree: int) -> None:
+    """Refuse a ``model.hf_assets_path`` without a ``tokenizer.json`` that parses (and whose size TP divides).
+
+    Before any process starts: a garbage tokenizer file otherwise fails on every rank with a JSON
+    error that names no file.
+    """
+    if not hf_assets_path or hf_assets_path == _TORCHTITAN_DEFAULT_ASSETS:
+        return
+    folder = Path(hf_assets_path).expanduser()
+    fallback = 'or set model.hf_assets_path = "" to train the offline BPE'
+    tokenizer_json = folder / "tokenizer.json"
+    if not tokenizer_json.is_file():
+        refuse("model.hf_assets_path", hf_assets_path, f"holds no tokenizer.json; point it at a tokenizer folder {fallback}")
+    try:
+        tokenizer = Tokenizer.from_file(str(tokenizer_json))
+    except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for any parse error
+        raise ConfigError(f"model.hf_assets_path: {tokenizer_json} does not parse as a tokenizers file "
+                          f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); replace it with one saved by "
+                          f"tokenizers' Tokenizer.save, {fallback}") from None
+    config_json = folder / "tokenizer_config.json"
+    if config_json.is_file():
+        try:
+            json.loads(config_json.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as e:
+            raise ConfigError(f"model.hf_assets_path: {config_json} is not valid JSON ({e}); fix or remove it") from None
+    vocab_size = tokenizer.get_vocab_size()
+    if vocab_size % tp_degree:
+        refuse("model.hf_assets_path", hf_assets_path, f"its tokenizer has {vocab_size} tokens, which the TP degree "
+                                                      f"{tp_degree} does not divide (the embedding and head shard on it)")
 
 
 def build_boost_tokenizer(job_config: JobConfig) -> HuggingFaceTokenizer:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from torchtitan.tools.logging import logger
-
 from boost.model.args import ModelArgs
 
 
@@ -24,11 +22,7 @@ def apply_job_config(args: ModelArgs, job_config) -> None:
     args.group_linears = boost.group_linears
     if boost.linear != "full":
         args.rank = resolved_rank(args, job_config)
-    if job_config.parallelism.tensor_parallel_degree > 1 and boost.tp_scheme == "vanilla" and args.group_linears:
-        # Column-parallel A shards the rank dim: a grouped [r_q + r_k + r_v, d] factor would be split
-        # across member boundaries, so the vanilla baseline runs ungrouped (as the reference baseline).
-        logger.info("boost.tp_scheme = vanilla: running with boost.group_linears = false")
-        args.group_linears = False
+    # vanilla TP with grouped linears is refused by validate (config_rules), not silently ungrouped.
     # The RoPE table must cover validation sequences too.
     args.max_seq_len = max(
         job_config.training.seq_len, job_config.validation.seq_len if job_config.validation.enable else 0
