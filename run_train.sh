@@ -3,6 +3,9 @@
 #   NGPU=2 CONFIG_FILE=train_configs/debug_cola.toml ./run_train.sh --parallelism.tensor_parallel_degree 2
 # NGPU is the number of processes on this node (GPUs, or CPU processes with gloo where there is no GPU).
 # Extra arguments override TOML fields (--section.field value). Multi-node: see README.
+# DRY_RUN=1 runs one process as rank 0 of NGPU on torchtitan's fake process group (no torchrun,
+# no communication): the real layout and model at the real world size, on one machine.
+#   DRY_RUN=1 NGPU=16 CONFIG_FILE=train_configs/7B_cola.toml ./run_train.sh --training.steps 2
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -17,13 +20,28 @@ if [[ ! -f "$CONFIG_FILE" ]]; then
   exit 2
 fi
 
+# torchtitan's dry-run convention: the fake backend takes its world size from NGPU. The flag goes
+# before "$@", where tyro wants fixed options.
+DRY_ARGS=()
+if [[ "${DRY_RUN:-0}" == "1" ]]; then DRY_ARGS=(--comm.mode fake_backend); fi
+
+# Refuse a bad configuration before any process starts (names the field and the fix); NGPU
+# is checked there too, before the arithmetic below divides by it.
+WORLD_SIZE="$NGPU" "$PYTHON" -m torchtitan_ext.validate --job.config_file "$CONFIG_FILE" \
+  "${DRY_ARGS[@]+"${DRY_ARGS[@]}"}" "$@" || exit 2
+
 # Two CPU processes on two cores: keep each to its share instead of oversubscribing.
+PROCESSES=$NGPU
+if [[ "${DRY_RUN:-0}" == "1" ]]; then PROCESSES=1; fi
 if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( ($(nproc) + NGPU - 1) / NGPU ))}
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( ($(nproc) + PROCESSES - 1) / PROCESSES ))}
 fi
 
-# Refuse a bad configuration before any process starts (names the field and the fix).
-WORLD_SIZE="$NGPU" "$PYTHON" -m torchtitan_ext.validate --job.config_file "$CONFIG_FILE" "$@" || exit 2
+if [[ "${DRY_RUN:-0}" == "1" ]]; then
+  # one process, rank 0 of NGPU; torchtitan's trainer still reads LOCAL_RANK
+  NGPU="$NGPU" LOCAL_RANK=0 RANK=0 exec "$PYTHON" -m "$TRAIN_FILE" --job.config_file "$CONFIG_FILE" \
+    "${DRY_ARGS[@]}" "$@"
+fi
 
 # LOG_DIR=path keeps every rank's stdout/stderr in files (torchrun's --log-dir), not only LOG_RANK's.
 LOG_ARGS=()

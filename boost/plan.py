@@ -8,8 +8,9 @@ Per-GPU memory (bytes, ``P`` = parameters of the rank's stage, ``T = b·s``, ``L
 
 ==================  ============================================================================
 weights, grads,     ``16·P / (tp·dp)``: fp32 master weights, fp32 grads, Adam m and v, sharded by
-Adam states         FSDP over dp; plus ``2·2·P_layer / tp`` for the bf16 all-gathered weights of the
-                    layer in use and the next one (FSDP prefetch)
+Adam states         FSDP over dp; plus ``2·dtype·P_layer / tp`` for the all-gathered weights of the
+                    layer in use and the next one (FSDP prefetch); FSDP rank 0 also holds whole
+                    members of the batched ``[G, d_out, r]`` up-projections (``fsdp_rank0_excess``)
 activations         ``L · in_flight · a_keep + a_layer`` with ``in_flight = min(m, pp)`` micro-batches
                     held by the first 1F1B stage; ``a_layer`` = the full per-layer activations (one
                     layer live in backward, or recomputed), and ``a_keep`` by AC mode:
@@ -21,7 +22,8 @@ logits              ``3 · 4·T·V/tp`` (fp32 logits, their grad, softmax) on th
 workspace           ``1 GiB`` (NCCL buffers, cuBLAS workspace, allocator slack)
 ==================  ============================================================================
 
-``d_res`` is ``d/tp`` for btp (the sharded residual) and ``d`` for megatron and vanilla.
+``d_res`` is ``d/tp`` for btp (the sharded residual) and ``d`` for megatron and vanilla. The ``2`` bytes
+of bf16 above are ``dtype_bytes`` (4 for the fp32 dry runs of ``bench.dry_run``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import math
 import sys
 from dataclasses import dataclass
 
+from boost.layout_rules import lowrank_ac_applies, splits_into_pipeline_stages
 from boost.model.args import FLAVOURS
 from boost.perf_model import AC_MODES, args_params, block_gemms, get_hardware, model_args, predict_step_time
 
@@ -59,7 +62,7 @@ class Layout:
             f"--boost.activation_checkpoint {self.ac}",
         ]
         if self.scheme == "vanilla":
-            parts.append("--boost.group_linears false")
+            parts.append("--boost.no-group-linears")  # tyro's flag form of a boolean
         # torchtitan splits local_batch_size into micro-batches of pipeline_parallel_microbatch_size
         parts.append(f"--training.local_batch_size {micro_batch * (num_microbatches if self.pp > 1 else 1)}")
         parts.append(f"--training.seq_len {seq_len}")
@@ -69,25 +72,48 @@ class Layout:
 
 
 def memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch, seq_len, num_microbatches,
-                   vocab_size=32000, linear="cola") -> float:
-    """Peak bytes on one GPU (module docstring's formulas)."""
+                   vocab_size=32000, linear="cola", dtype_bytes: int = 2, workspace_bytes: float = WORKSPACE_BYTES
+                   ) -> float:
+    """Peak bytes on one GPU (module docstring's formulas). ``dtype_bytes`` is the training dtype's
+    (2 for bf16, 4 for fp32 as in the CPU dry runs of ``bench.dry_run``): the all-gathered weights
+    and the activations take it; the fixed ``workspace_bytes`` is a GPU's (CUDA context, NCCL)."""
     args = model_args(flavour, scheme, vocab_size, linear)
     T = micro_batch * seq_len
     layers = math.ceil(args.n_layers / pp)
     params = args_params(args)
-    params_stage = params * layers / args.n_layers + args.dim * vocab_size  # embedding or head on the end stages
     layer_params = (params - 2 * args.dim * vocab_size) / args.n_layers
-    states = 16 * params_stage / (tp * dp) + 2 * 2 * layer_params / tp
+    # the first stage holds the embedding, the last the head; without PP one rank holds both
+    params_stage = layer_params * layers + (2 if pp == 1 else 1) * args.dim * vocab_size
+    held_stage = params_stage / (tp * dp) + layers * fsdp_rank0_excess(args, tp, dp)
+    states = 16 * held_stage + 2 * dtype_bytes * layer_params / tp
     heads = args.n_heads if scheme == "vanilla" else args.n_heads // tp
     d_res = args.dim // tp if scheme == "btp" else args.dim
     f_local = args.ffn_dim if scheme == "vanilla" else args.ffn_dim // tp
     gemm_inputs = sum(K * batch for _, K, _, batch in block_gemms(args, scheme, tp, T))
-    a_layer = 2 * T * (gemm_inputs + 4 * heads * args.head_dim + 4 * d_res + 2 * f_local) + 4 * T * heads
-    a_keep = {"none": a_layer, "full": 2 * T * d_res, "lowrank": 2 * T * (d_res + 7 * args.rank)}[ac]
+    a_layer = dtype_bytes * T * (gemm_inputs + 4 * heads * args.head_dim + 4 * d_res + 2 * f_local) + 4 * T * heads
+    a_keep = {"none": a_layer, "full": dtype_bytes * T * d_res, "lowrank": dtype_bytes * T * (d_res + 7 * args.rank)}[ac]
     in_flight = min(num_microbatches, pp)
     activations = layers * in_flight * a_keep + a_layer
     logits = 3 * 4 * T * vocab_size / tp
-    return states + activations + logits + WORKSPACE_BYTES
+    return states + activations + logits + workspace_bytes
+
+
+def fsdp_rank0_excess(args, tp: int, dp: int) -> float:
+    """Parameters of one block that FSDP rank 0 holds beyond its ``1/dp`` share.
+
+    FSDP2 shards dim 0, and a grouped model's batched up-projection ``[G, d_out, r]`` has ``G`` = 2
+    or 3 there: rank 0 holds ``ceil(G/dp)`` whole members of ``G`` (ranks ≥ G hold none). At 30B
+    on 32 GPUs (tp4 × fsdp8) that doubles rank 0's parameters (measured by ``bench.dry_run``).
+    Sharding those on ``r`` instead (``fully_shard(..., shard_placement_fn=Shard(2) for 3-D)``) would
+    make this 0; then drop the term.
+    """
+    if not args.grouped or dp <= 1:
+        return 0.0
+    kv = args.kv_heads * args.head_dim
+    # members of equal d_out share one batched GEMM (boost.model.linears.Bottleneck)
+    groups = [(3, args.dim)] if kv == args.dim else [(2, kv)]
+    groups.append((2, args.ffn_dim))
+    return sum(g * d_out * args.rank / tp * (math.ceil(g / dp) / g - 1 / dp) for g, d_out in groups)
 
 
 def _divisors(n: int) -> list[int]:
@@ -118,11 +144,13 @@ def enumerate_layouts(flavour: str, gpus: int, hardware: str, seq_len: int = 409
             for pp in _divisors(gpus // tp):
                 if pp > n_layers or (pp > 1 and n_layers / pp < 2):
                     continue
+                if pp > 1 and not splits_into_pipeline_stages(linear):
+                    continue
                 dp = gpus // (tp * pp)
                 m = num_microbatches or pp  # 1F1B with m = pp: bubble (p-1)/(2p-1)
                 for ac in AC_MODES:
-                    if ac == "lowrank" and scheme == "megatron":
-                        continue  # nothing low-rank to keep: the dense model has full AC only
+                    if ac == "lowrank" and not lowrank_ac_applies(tp, scheme):
+                        continue
                     mem = memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch, seq_len, m, vocab_size, linear)
                     if mem > budget:
                         continue
@@ -139,17 +167,28 @@ def enumerate_layouts(flavour: str, gpus: int, hardware: str, seq_len: int = 409
     return sorted(layouts, key=lambda l: (-round(l.tokens_per_s, 6), l.memory_bytes))
 
 
+def _positive_int(text: str) -> int:
+    """argparse type: a whole number ≥ 1 (argparse names the option when this raises)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m boost.plan", description=__doc__.split("\n\n")[0])
     parser.add_argument("--flavour", required=True)
-    parser.add_argument("--gpus", type=int, required=True)
+    parser.add_argument("--gpus", type=_positive_int, required=True)
     parser.add_argument("--hardware", default="a100")
-    parser.add_argument("--seq-len", type=int, default=4096)
-    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--seq-len", type=_positive_int, default=4096)
+    parser.add_argument("--micro-batch", type=_positive_int, default=4)
     parser.add_argument("--memory-gb", type=float, default=None, help="per-GPU memory (default: the hardware's)")
     parser.add_argument("--linear", default="cola", help="cola | svd | lax (btp, vanilla) or full (megatron)")
-    parser.add_argument("--num-microbatches", type=int, default=None, help="per step under PP (default: pp)")
-    parser.add_argument("--top", type=int, default=10)
+    parser.add_argument("--num-microbatches", type=_positive_int, default=None, help="per step under PP (default: pp)")
+    parser.add_argument("--top", type=_positive_int, default=10)
     opts = parser.parse_args(argv)
     try:
         layouts = enumerate_layouts(opts.flavour, opts.gpus, opts.hardware, opts.seq_len, opts.micro_batch,

@@ -117,3 +117,39 @@ def test_planner_cli_and_errors(capsys):
         enumerate_layouts("7B", 16, "tpu")
     assert plan_main(["--flavour", "30B", "--gpus", "1"]) == 2
     assert "no layout" in capsys.readouterr().err
+
+
+def test_planner_refuses_non_positive_sizes_naming_the_argument(capsys):
+    for flag in ("--micro-batch", "--seq-len", "--gpus"):
+        with pytest.raises(SystemExit) as exit_info:
+            plan_main(["--flavour", "7B", "--gpus", "16", flag, "0"])
+        assert exit_info.value.code == 2
+        assert f"argument {flag}: must be at least 1, got 0" in capsys.readouterr().err
+
+
+# (flavour, gpus, linear): a shipped TOML and the planner's layouts for it
+PLANNED = [("1B", 8, "svd"), ("13B", 32, "lax"), ("30B", 32, "full")]
+
+
+def _accepted(flavour: str, gpus: int, linear: str, overrides: str):
+    from torchtitan_ext.validate import check_job
+
+    return check_job(["--job.config_file", f"train_configs/{flavour}_{linear}.toml", *overrides.split()],
+                     world_size=gpus)
+
+
+def test_every_printed_layout_is_accepted_by_validation(capsys):
+    # the printed best layout's overrides, exactly as printed
+    for flavour, gpus, linear in PLANNED:
+        assert plan_main(["--flavour", flavour, "--gpus", str(gpus), "--linear", linear]) == 0
+        printed = capsys.readouterr().out.split("best layout overrides:\n")[1].strip()
+        _accepted(flavour, gpus, linear, printed)
+        if linear == "lax":  # validation refuses LaX under PP, so the planner must not offer it
+            assert all(l.pp == 1 for l in enumerate_layouts(flavour, gpus, "a100", linear=linear))
+    # and every row of the 7B table (btp and vanilla, with and without PP, each AC mode)
+    for layout in enumerate_layouts("7B", 16, "a100", linear="cola")[:10]:
+        job = _accepted("7B", 16, "cola", layout.overrides("cola", max(1, layout.pp), 4, 4096))
+        assert (job.parallelism.tensor_parallel_degree, job.parallelism.pipeline_parallel_degree,
+                job.boost.tp_scheme, job.boost.activation_checkpoint) == (layout.tp, layout.pp, layout.scheme,
+                                                                          layout.ac)
+        assert job.boost.group_linears == (layout.scheme != "vanilla")

@@ -49,9 +49,10 @@ class BoostMetricsProcessor(MetricsProcessor):
     @optimizers.setter
     def optimizers(self, optimizers) -> None:
         self.__dict__["_optimizers"] = optimizers
-        if optimizers is not None and self._enabled:
+        if optimizers is not None:
             for opt in optimizers.optimizers:
-                opt.register_step_pre_hook(self._close)
+                # the non-finite guard stands whatever boost.log_comm says
+                opt.register_step_pre_hook(self._before_update)
 
     def _open(self, module, args) -> None:
         if self._counter is None and (self._count_every_step or self._steps_counted == 0) and module.training:
@@ -60,7 +61,11 @@ class BoostMetricsProcessor(MetricsProcessor):
             self._counter = CommCounter()
             self._counter.__enter__()
 
-    def _close(self, optimizer, args, kwargs) -> None:
+    def _before_update(self, optimizer, args, kwargs) -> None:
+        self._close()
+        refuse_non_finite(optimizer)  # after the counter: its one-element all-reduce is not the model's
+
+    def _close(self) -> None:
         if self._counter is not None:
             counter, self._counter = self._counter, None
             counter.__exit__(None, None, None)
@@ -73,7 +78,6 @@ class BoostMetricsProcessor(MetricsProcessor):
                 "by_kind": dict(counter.bytes),
                 "summary": counter.summary(),
             }
-        _refuse_non_finite(optimizer)  # after the counter: its one-element all-reduce is not the model's
 
     def log(self, step: int, global_avg_loss: float, global_max_loss: float, grad_norm: float,
             extra_metrics: dict[str, Any] | None = None):
@@ -92,11 +96,20 @@ class NonFiniteLossError(RuntimeError):
     pass
 
 
-def _refuse_non_finite(optimizer) -> None:
-    """Stop every rank before a NaN/inf update reaches the weights (and so any checkpoint)."""
-    local = [p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-             for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-    bad = torch.tensor([0.0 if all(torch.isfinite(g).all() for g in local) else 1.0])
+def refuse_non_finite(optimizer: torch.optim.Optimizer) -> None:
+    """Stop every rank before a NaN/inf update reaches the weights (and so any checkpoint).
+
+    One all-reduce (MAX) of a one-element flag on the device the parameters live on: torchtitan
+    starts an NCCL-only process group on GPUs, where a CPU tensor cannot take part in a collective.
+    """
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    device = params[0].device if params else torch.device("cpu")
+    bad = torch.zeros((), device=device)
+    for p in params:
+        if p.grad is not None:
+            grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
+            # on the device, with no host sync per parameter: one .item() below
+            bad = torch.maximum(bad, (~torch.isfinite(grad)).any().to(bad.dtype))
     if torch.distributed.is_initialized():
         torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
     if bad.item() == 0:

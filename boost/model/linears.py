@@ -12,12 +12,13 @@ named parts — ``norm``, ``down``, ``act``, ``cross``, ``up`` — from outside.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from boost.model.seeded_init import SeededPart, fill_seeded
 
 
 class RMSNorm(nn.Module):
@@ -158,13 +159,6 @@ def make_grouped(args, d_in: int, outs: Sequence[tuple[str, int]], norm: RMSNorm
     )
 
 
-def _seeded(shape: Sequence[int], std: float, key: str, seed: int) -> torch.Tensor:
-    # Seeded by the canonical parameter name and drawn at its global shape: the initial model is
-    # the same for every parallel layout and for grouped and ungrouped projections.
-    g = torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(key.encode())) % (2**63))
-    return torch.randn(*shape, generator=g, dtype=torch.float64) * std
-
-
 def cola_std(d_in: int, d_out: int, rank: int) -> float:
     # CoLA's init: std = r^-1/4 · (d_in + d_out)^-1/4 for both factors, so B·A starts with
     # the variance of a dense layer initialised at (d_in + d_out)^-1/2.
@@ -172,32 +166,19 @@ def cola_std(d_in: int, d_out: int, rank: int) -> float:
 
 
 def init_projection(module: nn.Module, prefix: str, name: str, seed: int, dense_std: float = 0.02) -> None:
-    """Fill a projection's weights, seeded by ``prefix + name`` (dense) or ``prefix + member`` (low-rank)."""
+    """Fill a projection's weights (this rank's shard of them), seeded by ``prefix + name`` (dense) or
+    ``prefix + member`` (low-rank): the same model for every layout, grouped or not (``seeded_init``)."""
     if isinstance(module, nn.Linear):
-        _copy_global(module.weight, _seeded(module.weight.shape, dense_std, prefix + name, seed))
+        fill_seeded(module.weight, SeededPart(prefix + name, tuple(module.weight.shape), dense_std), seed)
         return
     assert isinstance(module, Bottleneck)
     a_parts, b_parts = [], {}
     for name, r, d_out in module.members:
         std = cola_std(module.d_in, d_out, r)
-        a_parts.append(_seeded((r, module.d_in), std, f"{prefix}{name}.A", seed))
-        b_parts[name] = _seeded((d_out, r), std, f"{prefix}{name}.B", seed)
-    _copy_global(module.down.weight, torch.cat(a_parts))
+        a_parts.append(SeededPart(f"{prefix}{name}.A", (r, module.d_in), std))
+        b_parts[name] = SeededPart(f"{prefix}{name}.B", (d_out, r), std)
+    fill_seeded(module.down.weight, a_parts, seed)  # [A_q; A_k; A_v] along dim 0
     for unit, group in zip(module.up, module.up_groups):
-        names = [module.members[i][0] for i in group]
-        full = torch.stack([b_parts[n] for n in names]) if isinstance(unit, BatchedUp) else b_parts[names[0]]
-        _copy_global(unit.weight, full)
+        fill_seeded(unit.weight, [b_parts[module.members[i][0]] for i in group], seed)  # stacked if batched
     if module.norm is not None:
         module.norm.reset_parameters()
-
-
-@torch.no_grad()
-def _copy_global(param: torch.Tensor, full: torch.Tensor) -> None:
-    """Copy a global-shape tensor into ``param``, taking this rank's shard if it is a DTensor."""
-    from torch.distributed.tensor import DTensor, distribute_tensor
-
-    full = full.to(dtype=param.dtype)
-    if isinstance(param, DTensor):
-        # src_data_rank=None: every rank drew the same global tensor, so no broadcast is needed.
-        full = distribute_tensor(full.to(param.device), param.device_mesh, param.placements, src_data_rank=None)
-    param.copy_(full)

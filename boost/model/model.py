@@ -12,7 +12,9 @@ from torch import nn
 from torchtitan.protocols.model import ModelProtocol
 
 from boost.model.args import ModelArgs
-from boost.model.linears import RMSNorm, init_projection, make_grouped, make_projection, _copy_global, _seeded
+from boost.model.kv_cache import KVCache
+from boost.model.linears import RMSNorm, init_projection, make_grouped, make_projection
+from boost.model.seeded_init import SeededPart, fill_seeded
 
 
 def rope_cache(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
@@ -34,12 +36,20 @@ def apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
 
 
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    # (bs, seqlen, n_local_heads, head_dim) in, (bs, seqlen, n_local_heads * head_dim) out
+    # (bs, seqlen, n_local_heads, head_dim) in, (bs, seqlen, n_local_heads * head_dim) out.
+    # k/v may be longer than q (cached past positions): the queries are then the last ones.
     n_rep = q.shape[2] // k.shape[2]
     if n_rep > 1:
         k = k.repeat_interleave(n_rep, dim=2)
         v = v.repeat_interleave(n_rep, dim=2)
-    out = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+    q_len, k_len = q.shape[1], k.shape[1]
+    mask, causal = None, q_len == k_len
+    if 1 < q_len < k_len:
+        # SDPA's is_causal aligns the triangle top-left; queries after a cached past need it bottom-right.
+        mask = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, is_causal=causal
+    )
     return out.transpose(1, 2).flatten(2)
 
 
@@ -58,7 +68,10 @@ class Attention(nn.Module):
             self.wv = make_projection(args, args.dim, kv_dim, "v")
         self.wo = make_projection(args, q_dim, args.dim, "o")
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor, carry: dict) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, rope: torch.Tensor, carry: dict, cache: KVCache | None = None, layer_id: int = 0
+    ) -> torch.Tensor:
+        # rope starts at this call's first position (the Transformer slices it past a cache).
         if hasattr(self, "wqkv"):
             q, k, v = _call(self.wqkv, x, carry, "qkv")
         else:
@@ -66,6 +79,8 @@ class Attention(nn.Module):
         q = apply_rope(q.unflatten(-1, (-1, self.head_dim)), rope)
         k = apply_rope(k.unflatten(-1, (-1, self.head_dim)), rope)
         v = v.unflatten(-1, (-1, self.head_dim))
+        if cache is not None:
+            k, v = cache.append(layer_id, k, v)
         return _call(self.wo, causal_attention(q, k, v), carry, "o")
 
 
@@ -112,10 +127,13 @@ class TransformerBlock(nn.Module):
         self.attention_norm = None if args.grouped else RMSNorm(args.dim, args.norm_eps)
         self.ffn_norm = None if args.grouped else RMSNorm(args.dim, args.norm_eps)
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor, carry: dict | None = None):
+    def forward(self, x: torch.Tensor, rope: torch.Tensor, carry: dict | None = None, cache: KVCache | None = None):
         lax = carry is not None
         carry = dict(carry or {})
-        h = x + self.attention(self.attention_norm(x) if self.attention_norm else x, rope, carry)
+        # The cache goes by keyword: tensor-parallel plans prepare the positional inputs (x, rope, carry).
+        h = x + self.attention(
+            self.attention_norm(x) if self.attention_norm else x, rope, carry, cache=cache, layer_id=self.layer_id
+        )
         out = h + self.feed_forward(self.ffn_norm(h) if self.ffn_norm else h, carry)
         return (out, carry) if lax else out
 
@@ -162,7 +180,7 @@ class Transformer(ModelProtocol):
         self.rope = rope_cache(args.head_dim, args.max_seq_len, args.rope_theta).to(device)
         if self.tok_embeddings is not None:
             w = self.tok_embeddings.weight
-            _copy_global(w, _seeded(w.shape, 1.0, "tok_embeddings", seed))
+            fill_seeded(w, SeededPart("tok_embeddings", tuple(w.shape), 1.0), seed)
         for layer in self.layers.values():
             prefix = f"layers.{layer.layer_id}."
             for sub in ("attention", "feed_forward"):
@@ -175,20 +193,26 @@ class Transformer(ModelProtocol):
             self.norm.reset_parameters()
         if self.output is not None and not args.tie_embeddings:
             w = self.output.weight
-            _copy_global(w, _seeded(w.shape, args.dim**-0.5, "output", seed))
+            fill_seeded(w, SeededPart("output", tuple(w.shape), args.dim**-0.5), seed)
 
     def get_attention_masks(self, input_batch, tokenizer, extra_inputs=None) -> None:
         # Causal attention only (SDPA's is_causal): there is no mask to build.
         return None
 
-    def forward(self, tokens: torch.Tensor, attention_masks: None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, attention_masks: None = None, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits of ``tokens``; with a ``KVCache``, ``tokens`` continue the cached positions
+        (incremental decoding: only the new positions are computed)."""
         # Pipeline stages may have dropped the embedding / head: pass through what arrives.
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        rope = self.rope if cache is None else self.rope[cache.begin(tokens.shape[1]) :]
+        # LaX's crossing latent is per position, so it runs on the new positions alone: no cache.
         carry = {} if self.model_args.linear == "lax" else None
         for layer in self.layers.values():
             if carry is None:
-                h = layer(h, self.rope)
+                h = layer(h, rope, cache=cache)
             else:
-                h, carry = layer(h, self.rope, carry)
+                h, carry = layer(h, rope, carry, cache=cache)
+        if cache is not None:
+            cache.end(tokens.shape[1])
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h
