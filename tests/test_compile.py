@@ -119,9 +119,8 @@ def _lowrank_body(rank: int, world_size: int) -> None:
             for a, b in zip(grads, eager_grads):
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
             counts[ac] = dict(backend.collectives)
-        # BTP block: 4 forward all-reduces (qkv, o, gate/up, down), 3 backward (B's input grads; the
-        # 4th up-projection's input grad is the o/down one...) — whatever they are, the low-rank
-        # recompute adds none to the backward and the forward is unchanged
+        # a BTP block's forward graph holds its 4 all-reduces (qkv, o, gate/up, down); the low-rank
+        # recompute adds none to the backward graph, and the forward keeps the same 4
         assert counts["lowrank"] == counts["none"], (min_cut, counts)
         assert counts["none"]["forward"] == 4 and counts["none"]["backward"] > 0, counts
 
