@@ -19,6 +19,8 @@ import torch
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.distributed.pipeline_parallel import pipeline_llm
 
+from boost.layout_rules import splits_into_pipeline_stages
+
 
 class _PerTokenLoss:
     def __init__(self, loss_fn):
@@ -30,7 +32,7 @@ class _PerTokenLoss:
 
 
 def pipeline_boost(model, parallel_dims, job_config, device, model_args, parallelize_fn, loss_fn):
-    if model_args.linear == "lax":
+    if not splits_into_pipeline_stages(model_args.linear):  # the preflight refuses it first
         raise ValueError(
             "boost.linear = lax carries latents between blocks and cannot be split into pipeline stages; "
             "use parallelism.pipeline_parallel_degree = 1 or another linear kind"
