@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import functools
 
-import torch
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.distributed.pipeline_parallel import pipeline_llm
 
