@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # torchtitan-style launcher for BOOST.
-#   NGPU=2 CONFIG_FILE=train_configs/debug_cola.toml ./run_train.sh --parallelism.tensor_parallel_degree 2
+#   NGPU=2 CONFIG_FILE=train_configs/debug.toml ./run_train.sh --parallelism.tensor_parallel_degree 2
 # NGPU is the number of processes on this node (GPUs, or CPU processes with gloo where there is no GPU).
 # Extra arguments override TOML fields (--section.field value). Multi-node: see README.
 # DRY_RUN=1 runs one process as rank 0 of NGPU on torchtitan's fake process group (no torchrun,
 # no communication): the real layout and model at the real world size, on one machine.
-#   DRY_RUN=1 NGPU=16 CONFIG_FILE=train_configs/7B_cola.toml ./run_train.sh --training.steps 2
+#   DRY_RUN=1 NGPU=16 CONFIG_FILE=train_configs/7B.toml ./run_train.sh --training.steps 2
 set -euo pipefail
 cd "$(dirname "$0")"
 
 NGPU=${NGPU:-1}
-CONFIG_FILE=${CONFIG_FILE:-"./train_configs/debug_cola.toml"}
+CONFIG_FILE=${CONFIG_FILE:-"./train_configs/debug.toml"}
 TRAIN_FILE=${TRAIN_FILE:-"torchtitan_ext.train"}
 PYTHON=${PYTHON:-python}
 if [[ -z "${VIRTUAL_ENV:-}" && -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; fi
@@ -27,7 +27,7 @@ if [[ "${DRY_RUN:-0}" == "1" ]]; then DRY_ARGS=(--comm.mode fake_backend); fi
 
 # Refuse a bad configuration before any process starts (names the field and the fix); NGPU
 # is checked there too, before the arithmetic below divides by it.
-WORLD_SIZE="$NGPU" "$PYTHON" -m torchtitan_ext.validate --job.config_file "$CONFIG_FILE" \
+WORLD_SIZE="$NGPU" "$PYTHON" -m torchtitan_ext.preflight --job.config_file "$CONFIG_FILE" \
   "${DRY_ARGS[@]+"${DRY_ARGS[@]}"}" "$@" || exit 2
 
 # Two CPU processes on two cores: keep each to its share instead of oversubscribing.

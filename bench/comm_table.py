@@ -2,7 +2,7 @@
 
     python -m bench.comm_table [--batch 4 --seq 4096 --dtype-bytes 2] [--png bench/results/comm_bytes.png]
 
-From the closed forms of ``boost.comm_volume``, which tests/test_comm_volume.py checks against the
+From the closed forms of ``boost.comm_volume``, which tests/multiprocess/test_comm_volume.py checks against the
 counter (``boost.comm_counter.CommCounter``) on real gloo runs at small shapes, TP 2 and 4.
 """
 

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from bench.plots import pyplot, save
+from boost.rules import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = [("full", 1, []), ("svd", 1, []), ("cola", 1, []), ("lax", 1, []),
@@ -32,8 +33,8 @@ def train(kind: str, ngpu: int, extra: list[str], args, out: Path) -> tuple[list
     cmd = ["./run_train.sh", "--job.dump_folder", str(out), "--boost.linear", kind, "--model.flavor", args.flavour,
            "--training.steps", str(args.steps), "--checkpoint.no-enable", "--metrics.log_freq", "10",
            "--validation.freq", str(max(10, args.steps // 10)), *extra]
-    if kind == "full" and ngpu > 1:
-        cmd += ["--boost.tp_scheme", "megatron"]
+    if ngpu > 1:
+        cmd += ["--boost.tp_scheme", KINDS[kind].tp_scheme]
     start = time.time()
     proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, NGPU=str(ngpu), PYTHON=sys.executable),
                           capture_output=True, text=True)
@@ -56,7 +57,7 @@ def main() -> None:
     p.add_argument("--png", default="")
     p.add_argument("--out", default="outputs/convergence")
     a = p.parse_args()
-    tokens_per_step = 8 * 256  # debug_cola.toml's local_batch_size × seq_len (DP degree 1 in every run)
+    tokens_per_step = 8 * 256  # debug.toml's local_batch_size × seq_len (DP degree 1 in every run)
     results = {}
     for kind, ngpu, extra in RUNS:
         label = f"{kind}" + (f" (btp, TP={ngpu})" if ngpu > 1 else "")

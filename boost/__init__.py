@@ -3,7 +3,7 @@
 Example::
 
     >>> import torch, boost
-    >>> torch.manual_seed(0)
+    >>> _ = torch.manual_seed(0)
     >>> model = boost.Transformer(boost.ModelArgs.from_flavour("debug", linear="cola", vocab_size=512))
     >>> boost.flops_per_token(model.model_args, seq_len=256) > 0
     True

@@ -11,7 +11,7 @@ is the trainer's validation loss on the same split. Reported:
 
 CLI (the run's held-out split, or ``--data`` a ``.txt``/``.jsonl``/``.parquet`` file or folder)::
 
-    python -m boost.evaluate --config train_configs/debug_cola.toml [--data notes.txt] [--max-tokens 65536]
+    python -m boost.evaluate --config train_configs/debug.toml [--data notes.txt] [--max-tokens 65536]
     torchrun --nproc_per_node 2 -m boost.evaluate --config ...       # BTP over 2 processes, same number
 """
 
@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from boost.data.local_files import read_local_corpus  # the trainer's readers, not copies
+from boost.data.stdlib_corpus import stdlib_texts
 from boost.model.model import Transformer
 
 
@@ -89,7 +91,8 @@ def score(
 
     Example::
 
-        >>> torch.manual_seed(0)
+        >>> from boost.model import ModelArgs, Transformer
+        >>> _ = torch.manual_seed(0)
         >>> model = Transformer(ModelArgs.from_flavour("debug", vocab_size=512, n_layers=2)).eval()
         >>> windows = packed_windows([list(range(1, 300))], seq_len=64)
         >>> s = score(model, windows, torch.ones(512, dtype=torch.long), progress=False)
@@ -132,14 +135,12 @@ def score(
 
 def corpus_texts(config: dict, data: str | None) -> tuple[list[str], str]:
     """Texts of ``--data`` or of the run's held-out split (``[validation]`` of the TOML), and a name for them."""
-    from torchtitan_ext.data import load_stdlib_dataset, read_local_corpus  # the trainer's readers, not copies
-
     if data is not None:
         return read_local_corpus(data, "data"), data  # messages read "data = ...: set --data to ..."
     validation = config.get("validation", {})
     dataset = validation.get("dataset", "stdlib_validation")
     if dataset == "stdlib_validation":
-        return load_stdlib_dataset("validation")["text"], "stdlib held-out split"
+        return stdlib_texts("validation"), "stdlib held-out split"
     if dataset == "local":
         path = validation.get("dataset_path")
         return read_local_corpus(path, "validation.dataset_path"), path

@@ -8,7 +8,7 @@ probability reaches ``top_p``, and a token is drawn from a generator seeded by `
 
 CLI (newest checkpoint of the run, or ``--checkpoint step-N folder | N``)::
 
-    python -m boost.generate --config train_configs/debug_cola.toml --prompt "def main(" \\
+    python -m boost.generate --config train_configs/debug.toml --prompt "def main(" \\
         --max-new-tokens 64 --temperature 0.8 --top-k 50 --top-p 0.95 --seed 0
     torchrun --nproc_per_node 2 -m boost.generate --config ...   # BTP over 2 processes, same tokens
 """
@@ -73,7 +73,8 @@ def sample(
 
     Example::
 
-        >>> torch.manual_seed(0)
+        >>> from boost.model import ModelArgs, Transformer
+        >>> _ = torch.manual_seed(0)
         >>> model = Transformer(ModelArgs.from_flavour("debug", vocab_size=512, n_layers=2)).eval()
         >>> len(list(sample(model, [1, 2, 3], max_new_tokens=5, temperature=0)))
         5

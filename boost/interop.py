@@ -27,7 +27,7 @@ training, not the same function.
 CLI::
 
     python -m boost.interop import HF_DIR --linear cola --rank 64 --out OUT_DIR
-    python -m boost.interop export --config train_configs/debug_cola.toml --out HF_DIR   # a run's newest checkpoint
+    python -m boost.interop export --config train_configs/debug.toml --out HF_DIR   # a run's newest checkpoint
     python -m boost.interop export BOOST_DIR --out HF_DIR [--densify]
 """
 
@@ -47,9 +47,10 @@ from boost.hf_folder import (
     MODEL_TYPE, NORMS, PROJECTIONS, from_hf_rows, llama_config, lowrank_config, lowrank_from_hf, lowrank_to_hf,
     to_hf_rows, write_remote_code, write_tokenizer,
 )  # fmt: skip
-from boost.model.args import LINEAR_KINDS, ModelArgs
+from boost.model.args import ModelArgs
+from boost.rules import KINDS, LINEAR_KINDS
 from boost.model.model import Transformer, rope_cache
-from boost.model.state_dict_adapter import to_grouped, to_ungrouped
+from boost.model.grouped_state import to_grouped, to_ungrouped
 
 logger = logging.getLogger(__name__)
 
@@ -382,7 +383,7 @@ def densify(model: Transformer) -> Transformer:
     args = model.model_args
     if not args.low_rank:
         return model
-    if args.linear != "svd":
+    if KINDS[args.linear].latent_activation or KINDS[args.linear].latent_crossing:
         raise ValueError(f"a {args.linear!r} model has σ inside its bottlenecks and no dense (LLaMA) equivalent")
     sd = _plain(model)
     for i in range(args.n_layers):

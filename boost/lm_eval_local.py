@@ -12,7 +12,7 @@ on the same per-document windows, not the packed ``boost.evaluate`` CLI number.
 CLI (or lm-eval's own ``lm_eval --model hf --model_args pretrained=DIR,trust_remote_code=True,add_bos_token=False``
 with a task YAML holding :func:`local_text_task`'s fields)::
 
-    python -m boost.lm_eval_local --model hf_debug_cola --data notes.txt [--batch-size 1] [--limit 100]
+    python -m boost.lm_eval_local --model hf_debug --data notes.txt [--batch-size 1] [--limit 100]
 """
 
 from __future__ import annotations

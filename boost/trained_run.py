@@ -7,14 +7,14 @@ from a DCP checkpoint (a ``step-N`` folder torchtitan wrote), with no process gr
   rank, vocabulary, layer count and grouping are read from the checkpoint's own tensor shapes and
   checked against the flavour, so a checkpoint from another config is refused with both names;
 - the checkpoint is the newest intact ``step-N`` under ``job.dump_folder/checkpoint.folder`` (the
-  trainer's own rule, ``torchtitan_ext.checkpoint_guard``, which also refuses a ``.metadata`` that
-  would unpickle anything beyond DCP's records), or the step number or folder given;
+  trainer's own rule, ``boost.checkpoint_folder``, which also refuses a ``.metadata`` that would
+  unpickle anything beyond DCP's records), or the step number or folder given;
 - the tokenizer is ``model.hf_assets_path`` when it holds a ``tokenizer.json``, else the run's
-  cached offline BPE (``torchtitan_ext.data`` owns that cache's rules; it is imported only then).
+  cached offline BPE (the trainer's rule too, ``boost.data.offline_tokenizer``).
 
 Example::
 
-    >>> run = load_run("train_configs/debug_cola.toml")          # newest checkpoint of the run
+    >>> run = load_run("train_configs/debug.toml")               # newest checkpoint of the run
     >>> ids = run.tokenizer.encode("def f(")                     # [BOS, ...] as the trainer framed text
     >>> run.model(torch.tensor([ids])).shape == (1, len(ids), run.tokenizer.vocab_size)
     True
@@ -26,7 +26,6 @@ import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -37,8 +36,12 @@ try:
 except ImportError:  # Python < 3.11
     import tomli as tomllib
 
-from boost.model.args import FLAVOURS, LINEAR_KINDS, ModelArgs
+from boost.checkpoint_folder import choose_checkpoint, inspect_checkpoint
+from boost.data.offline_tokenizer import tokenizer_dir
+from boost.model.args import FLAVOURS, ModelArgs
 from boost.model.model import Transformer, rope_cache
+from boost.options import BoostOptions
+from boost.rules import KINDS, LINEAR_KINDS
 
 
 class RunError(ValueError):
@@ -94,8 +97,6 @@ def checkpoint_root(config: dict) -> Path:
 
 def find_checkpoint(config: dict, checkpoint: str | int | None = None) -> Path:
     """The DCP folder to read: ``checkpoint`` as a folder, a step number, or the newest intact step."""
-    from torchtitan_ext.checkpoint_guard import choose_checkpoint, inspect_checkpoint
-
     root = checkpoint_root(config)
     if checkpoint is None:
         step, skipped = choose_checkpoint(root)
@@ -142,7 +143,7 @@ def model_args_from_run(config: dict, shapes: dict[str, torch.Size], source: str
     vocab_size, dim = shapes[f"{p}tok_embeddings.weight"]
     n_layers = len({k.split(".")[1 + p.count(".")] for k in shapes if k.startswith(f"{p}layers.")})
     low_rank = f"{p}layers.0.attention.wo.down.weight" in shapes
-    if low_rank != (linear != "full"):
+    if low_rank != KINDS[linear].low_rank:
         raise RunError(
             f"{source}: boost.linear = {linear!r} but the checkpoint holds a {'low-rank' if low_rank else 'dense'} "
             "model; pass the TOML this run was trained with"
@@ -206,21 +207,12 @@ def load_tokenizer(folder: str | Path) -> TextTokenizer:
 
 def run_tokenizer_dir(config: dict) -> Path:
     """The tokenizer folder the trainer used for this TOML."""
-    assets = config.get("model", {}).get("hf_assets_path", "")
-    if assets and (Path(assets).expanduser() / "tokenizer.json").is_file():
-        return Path(assets).expanduser()
-    from torchtitan_ext.data import ensure_stdlib_tokenizer  # the offline BPE's cache rules live there
-
     boost = config.get("boost", {})
-    from torchtitan_ext.config import Boost
-
-    job = SimpleNamespace(
-        boost=SimpleNamespace(
-            tokenizer_vocab_size=boost.get("tokenizer_vocab_size", Boost.tokenizer_vocab_size),
-            cache_dir=boost.get("cache_dir", Boost.cache_dir),
-        )
+    return tokenizer_dir(
+        config.get("model", {}).get("hf_assets_path", ""),
+        boost.get("tokenizer_vocab_size", BoostOptions.tokenizer_vocab_size),
+        boost.get("cache_dir", BoostOptions.cache_dir),
     )
-    return ensure_stdlib_tokenizer(job)
 
 
 def load_run(
@@ -232,7 +224,7 @@ def load_run(
     """The model and tokenizer of a training run (see the module docstring for what is read where).
 
     Args:
-        config_toml: the run's TOML (``train_configs/debug_cola.toml``).
+        config_toml: the run's TOML (``train_configs/debug.toml``).
         checkpoint: a ``step-N`` folder, a step number, or ``None`` for the newest intact one.
         tokenizer_dir: overrides the run's tokenizer folder.
         max_seq_len: positions the RoPE table must cover, if more than the run's ``training.seq_len``.
@@ -272,6 +264,5 @@ def shard_for_inference(model: Transformer, config: dict) -> int:
     from boost.parallel import apply_tp
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
-    scheme = "megatron" if model.model_args.linear == "full" else "btp"
-    apply_tp(model, mesh, scheme=scheme, norm=config.get("boost", {}).get("norm", "online"), loss_parallel=False)
+    apply_tp(model, mesh, scheme=KINDS[model.model_args.linear].tp_scheme, norm=config.get("boost", {}).get("norm", "online"), loss_parallel=False)
     return dist.get_rank()

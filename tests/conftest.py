@@ -1,2 +1,2 @@
-# The CPU adapter must see torchtitan's import first, as the trainer's entry point arranges.
-import torchtitan_ext.cpu  # noqa: F401
+# torchtitan_ext installs its CPU adaptation on import: before any test module imports torchtitan.
+import torchtitan_ext  # noqa: F401

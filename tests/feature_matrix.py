@@ -1,5 +1,5 @@
 """What is supported: every combination of tensor-parallel scheme, compile, activation checkpointing
-and layout that BOOST runs, and the ones it refuses. One list, read by tests/test_feature_matrix.py
+and layout that BOOST runs, and the ones it refuses. One list, read by tests/end_to_end/test_feature_matrix.py
 (each row a short run through the real trainer, its losses against a reference run of the same
 model) and linked from the README.
 

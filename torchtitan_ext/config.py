@@ -1,50 +1,39 @@
-"""The ``[boost]`` section of a torchtitan TOML, merged in through ``--job.custom_config_module``.
+"""The ``[boost]`` section of a torchtitan TOML (``--job.custom_config_module``), and the overrides for a linear kind.
 
-torchtitan merges a module's ``JobConfig`` dataclass into its own schema, so every field here is
-both a TOML key under ``[boost]`` and a command-line override ``--boost.<field> value``.
+torchtitan merges a module's ``JobConfig`` dataclass into its own schema, so every field of
+``boost.options.BoostOptions`` is both a TOML key under ``[boost]`` and a command-line override
+``--boost.<field> value``.
 """
 
 from dataclasses import dataclass, field
 
-
-@dataclass
-class Boost:
-    linear: str = "cola"
-    """Projection kind of the seven block linears: full | svd | cola | lax."""
-
-    rank: int = 0
-    """Bottleneck rank r of every low-rank projection; 0 derives it as ``rank_ratio * dim``."""
-
-    rank_ratio: float = 0.25
-    """r / d when ``rank`` is 0 (the reference paper's r = d/4)."""
-
-    group_linears: bool = True
-    """One GEMM for the q/k/v and gate/up down-projections, one batched GEMM for their up-projections."""
-
-    norm: str = "online"
-    """Pre-norm under tensor parallelism: online (statistic rides in the down-projection's
-    all-reduce) | sync (its own all-reduce) | local (shard-local; NOT equivalent to the dense model)."""
-
-    tp_scheme: str = "btp"
-    """Tensor-parallel plan when parallelism.tensor_parallel_degree > 1:
-    btp (bottleneck-aware) | vanilla (low-rank Megatron-style) | megatron (dense only)."""
-
-    sequence_parallel: bool = False
-    """megatron scheme only: shard norms and residual on the sequence dim (torchtitan's plan)."""
-
-    activation_checkpoint: str = "none"
-    """none | full (torchtitan's whole-block AC) | lowrank (keep r-wide latents, recompute the rest)."""
-
-    tokenizer_vocab_size: int = 2048
-    """Vocabulary of the BPE tokenizer trained offline when model.hf_assets_path holds none."""
-
-    cache_dir: str = ""
-    """Where the offline tokenizer and corpus index are cached ('' = $BOOST_CACHE or ~/.cache/boost)."""
-
-    log_comm: bool = True
-    """Count collectives of every step (kind, count, bytes) and log them with the metrics."""
+from boost.options import BoostOptions
+from boost.rules import linear_kind, lowrank_ac_applies
 
 
 @dataclass
 class JobConfig:
-    boost: Boost = field(default_factory=Boost)
+    boost: BoostOptions = field(default_factory=BoostOptions)
+
+
+def linear_kind_overrides(linear: str, toml_values: dict) -> list[str]:
+    """The command-line overrides that turn a shipped flavour TOML (CoLA, BTP) into one of ``linear``.
+
+    The kind's TP scheme (``boost.rules.KINDS``), "full" AC where "lowrank" no longer applies, and no
+    pipeline split for a kind that cannot be pipelined — the lines each TOML's header lists.
+
+    Example::
+
+        >>> linear_kind_overrides("full", tomllib.loads(Path("train_configs/7B.toml").read_text()))
+        ['--boost.linear', 'full', '--boost.tp_scheme', 'megatron', '--boost.activation_checkpoint', 'full']
+    """
+    kind = linear_kind(linear)
+    tp = toml_values["parallelism"]["tensor_parallel_degree"]
+    overrides = ["--boost.linear", linear]
+    if kind.tp_scheme != toml_values["boost"]["tp_scheme"]:
+        overrides += ["--boost.tp_scheme", kind.tp_scheme]
+    if toml_values["boost"]["activation_checkpoint"] == "lowrank" and not lowrank_ac_applies(kind.tp_scheme, tp):
+        overrides += ["--boost.activation_checkpoint", "full"]
+    if toml_values["parallelism"]["pipeline_parallel_degree"] > 1 and not kind.pipelines:
+        overrides += ["--parallelism.pipeline_parallel_degree", "1"]
+    return overrides

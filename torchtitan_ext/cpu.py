@@ -1,9 +1,9 @@
 """Let torchtitan's own trainer run on a machine with no accelerator (CPU tensors, gloo).
 
 torchtitan 0.2.2 fixes ``device_type = _get_available_device_type() or "cuda"`` when
-``torchtitan.tools.utils`` is imported, and its other modules copy that value. This adapter must be
-imported before any torchtitan module: on a machine with no accelerator it makes that one import see
-``"cpu"`` and a CPU device module whose memory statistics come from the process's peak RSS. The
+``torchtitan.tools.utils`` is imported, and its other modules copy that value. ``torchtitan_ext``'s
+``__init__`` imports this module, so it runs before any torchtitan module BOOST imports: on a machine
+with no accelerator it makes that one import see ``"cpu"`` and a CPU device module whose memory statistics come from the process's peak RSS. The
 trainer, parallel dims (gloo is torch's default CPU backend), checkpointing and metrics are then
 torchtitan's, unchanged. On a machine with an accelerator this module does nothing.
 """
@@ -128,4 +128,4 @@ def install() -> bool:
     return True
 
 
-ON_CPU = install()
+install()

@@ -49,9 +49,10 @@ class BoostMetricsProcessor(MetricsProcessor):
     @optimizers.setter
     def optimizers(self, optimizers) -> None:
         self.__dict__["_optimizers"] = optimizers
-        if optimizers is not None:
+        if optimizers is not None and self._enabled:
             for opt in optimizers.optimizers:
-                # the non-finite guard stands whatever boost.log_comm says
+                # before the non-finite guard's hook (torchtitan_ext.guards.nonfinite_guard), so that its
+                # one-element all-reduce is not counted as the model's
                 opt.register_step_pre_hook(self._before_update)
 
     def _open(self, module, args) -> None:
@@ -63,7 +64,6 @@ class BoostMetricsProcessor(MetricsProcessor):
 
     def _before_update(self, optimizer, args, kwargs) -> None:
         self._close()
-        refuse_non_finite(optimizer)  # after the counter: its one-element all-reduce is not the model's
 
     def _close(self) -> None:
         if self._counter is not None:
@@ -90,36 +90,6 @@ class BoostMetricsProcessor(MetricsProcessor):
         super().log(step, global_avg_loss, global_max_loss, grad_norm, extra_metrics=extra)
         if self.last_comm and self.last_comm["count"]:
             logger.info(f"comm/step: {self.last_comm['summary']} (rank 0, all collectives of one step)")
-
-
-class NonFiniteLossError(RuntimeError):
-    pass
-
-
-def refuse_non_finite(optimizer: torch.optim.Optimizer) -> None:
-    """Stop every rank before a NaN/inf update reaches the weights (and so any checkpoint).
-
-    One all-reduce (MAX) of a one-element flag on the device the parameters live on: torchtitan
-    starts an NCCL-only process group on GPUs, where a CPU tensor cannot take part in a collective.
-    """
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    device = params[0].device if params else torch.device("cpu")
-    bad = torch.zeros((), device=device)
-    for p in params:
-        if p.grad is not None:
-            grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-            # on the device, with no host sync per parameter: one .item() below
-            bad = torch.maximum(bad, (~torch.isfinite(grad)).any().to(bad.dtype))
-    if torch.distributed.is_initialized():
-        torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
-    if bad.item() == 0:
-        return
-    first = optimizer.param_groups[0]["params"][0]
-    done = int(optimizer.state.get(first, {}).get("step", 0))
-    raise NonFiniteLossError(
-        f"non-finite loss/gradients at step {done + 1}: stopped before the update; the last checkpoint "
-        "on disk is the last good one (lower optimizer.lr or check the data)"
-    )
 
 
 def build_boost_metrics_processor(job_config, parallel_dims, model_args=None, tag: str | None = None):

@@ -10,17 +10,17 @@ import time
 
 import torch.distributed as dist
 
-import torchtitan_ext.cpu  # noqa: F401  (must precede every torchtitan import)
 import torchtitan_ext.train_spec  # noqa: F401  (registers the "boost_llama" train spec)
 
 from torchtitan.train import main, Trainer
 
 from boost.process_exit import exit_finished_process
-from torchtitan_ext.checkpoint_guard import CheckpointRefused, prepare_resume
-from torchtitan_ext.checkpoint_identity import model_identity
-from torchtitan_ext.checkpoint_manager import BoostCheckpointManager
-from torchtitan_ext.run_lock import RunFolderInUse, RunLock
-from torchtitan_ext.validate import ConfigError, check_config, world_size_from_env
+from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, prepare_resume
+from torchtitan_ext.guards.checkpoint_identity import model_identity
+from torchtitan_ext.guards.checkpoint_manager import BoostCheckpointManager
+from torchtitan_ext.guards.nonfinite_guard import install_nonfinite_guard
+from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
+from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
 
 
 # How long ranks other than 0 wait, after a refusal, for torchrun to stop them once rank 0 has exited.
@@ -50,6 +50,9 @@ class BoostTrainer(Trainer):
                 time.sleep(_REFUSAL_GRACE_S)
             raise SystemExit(2) from None
         super().__init__(job_config)
+        # after torchtitan's __init__, which gave the metrics processor its optimizers: the guard's
+        # hook runs after the communication counter's, which then does not count the guard's all-reduce
+        install_nonfinite_guard(self.optimizers)
         self._record_model_identity()
 
     def _record_model_identity(self) -> None:

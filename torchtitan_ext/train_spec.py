@@ -3,22 +3,24 @@
 from torchtitan.components.loss import build_cross_entropy_loss
 from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.components.optimizer import build_optimizers
-from torchtitan.protocols.train_spec import TrainSpec, _extra_train_specs, register_train_spec
+from torchtitan.protocols.train_spec import TrainSpec, get_train_spec as registered_train_spec, register_train_spec
 
-from boost.model import FLAVOURS, ModelArgs, Transformer
-from torchtitan_ext.data import build_boost_dataloader, build_boost_tokenizer, build_boost_validator
+from boost.model import FLAVOURS
 from torchtitan_ext.metrics import build_boost_metrics_processor
-from torchtitan_ext.parallelize import parallelize_boost
-from torchtitan_ext.pipeline import pipeline_boost
+from torchtitan_ext.model import JobModelArgs, JobTransformer
+from torchtitan_ext.infra.parallelize import parallelize_boost
+from torchtitan_ext.infra.pipeline import pipeline_boost
+from torchtitan_ext.data.text_datasets import build_boost_dataloader, build_boost_validator
+from torchtitan_ext.data.tokenizer import build_boost_tokenizer
 
 TRAIN_SPEC_NAME = "boost_llama"
 
 
 def get_train_spec() -> TrainSpec:
     return TrainSpec(
-        model_cls=Transformer,
-        # The [boost] section sets kind, rank and vocabulary in ModelArgs.update_from_config.
-        model_args={name: ModelArgs.from_flavour(name) for name in FLAVOURS},
+        model_cls=JobTransformer,
+        # The [boost] section sets kind, rank and vocabulary in JobModelArgs.update_from_config.
+        model_args={name: JobModelArgs.from_flavour(name) for name in FLAVOURS},
         parallelize_fn=parallelize_boost,
         pipelining_fn=pipeline_boost,
         build_optimizers_fn=build_optimizers,
@@ -31,5 +33,7 @@ def get_train_spec() -> TrainSpec:
     )
 
 
-if TRAIN_SPEC_NAME not in _extra_train_specs:
+try:  # registered already where this module was imported under another name (e.g. a test's importlib)
+    registered_train_spec(TRAIN_SPEC_NAME)
+except ValueError:
     register_train_spec(TRAIN_SPEC_NAME, get_train_spec())

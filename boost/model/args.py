@@ -5,12 +5,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from torch import nn
-from torchtitan.protocols.model import BaseModelArgs
+from boost.rules import DEFAULT_RANK_RATIO, KINDS, linear_kind, resolve_rank
 
-LINEAR_KINDS = ("full", "svd", "cola", "lax")
-
-# DESIGN §1: (dim, n_layers, n_heads, n_kv_heads, ffn_dim); rank defaults to dim // 4.
+# DESIGN §1: (dim, n_layers, n_heads, n_kv_heads, ffn_dim); the rank defaults to dim / 4.
 FLAVOURS: dict[str, tuple[int, int, int, int, int]] = {
     "debug": (256, 4, 8, 4, 704),
     "60M": (512, 8, 8, 8, 1376),
@@ -25,8 +22,9 @@ FLAVOURS: dict[str, tuple[int, int, int, int, int]] = {
 
 
 @dataclass
-class ModelArgs(BaseModelArgs):
-    """Shape and kind of a BOOST decoder. Field names follow torchtitan's llama3 ``TransformerModelArgs``.
+class ModelArgs:
+    """Shape and kind of a BOOST decoder. Field names follow torchtitan's llama3 ``TransformerModelArgs``
+    (``torchtitan_ext.model_args`` adds what torchtitan's trainer calls on it).
 
     Example::
 
@@ -63,7 +61,7 @@ class ModelArgs(BaseModelArgs):
         dim, n_layers, n_heads, n_kv_heads, ffn_dim = FLAVOURS[flavour]
         fields = dict(
             dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
-            ffn_dim=ffn_dim, rank=dim // 4, vocab_size=vocab_size, linear=linear,
+            ffn_dim=ffn_dim, rank=resolve_rank(dim, 0, DEFAULT_RANK_RATIO), vocab_size=vocab_size, linear=linear,
         )
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
@@ -83,7 +81,7 @@ class ModelArgs(BaseModelArgs):
 
     @property
     def low_rank(self) -> bool:
-        return self.linear != "full"
+        return KINDS[self.linear].low_rank
 
     @property
     def grouped(self) -> bool:
@@ -92,8 +90,7 @@ class ModelArgs(BaseModelArgs):
 
     def check(self) -> None:
         """Raise ``ValueError`` naming the field and the fix for inconsistent shapes."""
-        if self.linear not in LINEAR_KINDS:
-            raise ValueError(f"boost.linear = {self.linear!r} is unknown; choose one of {LINEAR_KINDS}")
+        linear_kind(self.linear)
         for name in ("dim", "n_layers", "n_heads", "vocab_size", "ffn_dim"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model {name} = {getattr(self, name)} must be positive")
@@ -108,16 +105,6 @@ class ModelArgs(BaseModelArgs):
                 f"boost.rank = {self.rank} must be positive and smaller than the dims it factors "
                 f"(dim {self.dim}, kv dim {self.kv_heads * self.head_dim}); try boost.rank_ratio = 0.25"
             )
-
-    def update_from_config(self, job_config, **kwargs) -> None:
-        """Apply the ``[boost]`` section and the tokenizer's vocabulary (torchtitan calls this)."""
-        from torchtitan_ext.model_config import apply_job_config
-
-        apply_job_config(self, job_config)
-
-    def get_nparams_and_flops(self, model: nn.Module, seq_len: int) -> tuple[int, int]:
-        nparams = sum(p.numel() for p in model.parameters())
-        return nparams, flops_per_token(self, seq_len)
 
 
 def matmul_params(args: ModelArgs) -> int:
@@ -142,9 +129,9 @@ def flops_per_token(args: ModelArgs, seq_len: int) -> int:
 
     Example::
 
-        >>> dense = flops_per_token(ModelArgs.from_flavour("7B", linear="full"), 4096)
-        >>> lowrank = flops_per_token(ModelArgs.from_flavour("7B", linear="cola"), 4096)
+        >>> dense = flops_per_token(ModelArgs.from_flavour("7B", linear="full", vocab_size=32000), 4096)
+        >>> lowrank = flops_per_token(ModelArgs.from_flavour("7B", linear="cola", vocab_size=32000), 4096)
         >>> round(dense / lowrank, 2)
-        1.79
+        2.04
     """
     return 6 * matmul_params(args) + 12 * args.n_layers * args.dim * seq_len

@@ -20,7 +20,8 @@ class KVCache:
 
     Example::
 
-        >>> torch.manual_seed(0)
+        >>> from boost.model import ModelArgs, Transformer
+        >>> _ = torch.manual_seed(0)
         >>> model = Transformer(ModelArgs.from_flavour("debug", vocab_size=512, n_layers=2))
         >>> cache = KVCache(model.model_args.max_seq_len)
         >>> prefill = model(torch.tensor([[1, 2, 3]]), cache=cache)   # (1, 3, 512), cache.seen == 3

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from boost.model.seeded_init import SeededPart, fill_seeded
+from boost.rules import KINDS
 
 
 class RMSNorm(nn.Module):
@@ -130,16 +131,6 @@ class Bottleneck(nn.Module):
         y = outs[0] if len(outs) == 1 else tuple(outs)
         return (y, z) if self.returns_latent else y
 
-    def member_factors(self) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """Per-member ``(A [r, d_in], B [d_out, r])`` views of the (unsharded) grouped weights."""
-        a_parts = self.down.weight.split(self.ranks, dim=0)
-        factors = {}
-        for unit, group in zip(self.up, self.up_groups):
-            for j, i in enumerate(group):
-                b = unit.weight[j] if isinstance(unit, BatchedUp) else unit.weight
-                factors[self.members[i][0]] = (a_parts[i], b)
-        return factors
-
 
 def make_projection(args, d_in: int, d_out: int, name: str, norm: RMSNorm | None = None) -> nn.Module:
     """One of the seven block projections, as the config's ``linear`` kind asks."""
@@ -149,13 +140,13 @@ def make_projection(args, d_in: int, d_out: int, name: str, norm: RMSNorm | None
 
 
 def make_grouped(args, d_in: int, outs: Sequence[tuple[str, int]], norm: RMSNorm | None = None) -> Bottleneck:
-    activation = "identity" if args.linear == "svd" else "silu"
+    activation = "silu" if KINDS[args.linear].latent_activation else "identity"
     return Bottleneck(
         d_in,
         [(n, args.rank, o) for n, o in outs],
         activation,
         norm=norm,
-        returns_latent=args.linear == "lax",
+        returns_latent=KINDS[args.linear].latent_crossing,
     )
 
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchtitan.protocols.model import ModelProtocol
 
 from boost.model.args import ModelArgs
 from boost.model.kv_cache import KVCache
 from boost.model.linears import RMSNorm, init_projection, make_grouped, make_projection
 from boost.model.seeded_init import SeededPart, fill_seeded
+from boost.rules import KINDS
 
 
 def rope_cache(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
@@ -88,7 +88,7 @@ class FeedForward(nn.Module):
     def __init__(self, args: ModelArgs):
         super().__init__()
         # SwiGLU's SiLU is dropped only where gate's latent already went through σ (CoLA/LaX).
-        self.gate_act = not (args.linear in ("cola", "lax") and args.only_lr_act)
+        self.gate_act = not (KINDS[args.linear].latent_activation and args.only_lr_act)
         if args.grouped:
             self.w13 = make_grouped(
                 args, args.dim, [("gate", args.ffn_dim), ("up", args.ffn_dim)], RMSNorm(args.dim, args.norm_eps)
@@ -138,7 +138,7 @@ class TransformerBlock(nn.Module):
         return (out, carry) if lax else out
 
 
-class Transformer(ModelProtocol):
+class Transformer(nn.Module):
     """Token ids ``[b, s]`` -> logits ``[b, s, vocab]``.
 
     Built off the ``meta`` device, the weights are initialised at once from ``torch.initial_seed()``
@@ -147,14 +147,14 @@ class Transformer(ModelProtocol):
 
     Example::
 
-        >>> torch.manual_seed(0)
+        >>> _ = torch.manual_seed(0)
         >>> model = Transformer(ModelArgs.from_flavour("debug", linear="cola", vocab_size=512, n_layers=2))
         >>> model(torch.randint(0, 512, (2, 16))).shape
         torch.Size([2, 16, 512])
     """
 
     def __init__(self, model_args: ModelArgs):
-        super().__init__(model_args)
+        super().__init__()
         model_args.check()
         self.model_args = model_args
         self.tok_embeddings = nn.Embedding(model_args.vocab_size, model_args.dim)
@@ -195,18 +195,14 @@ class Transformer(ModelProtocol):
             w = self.output.weight
             fill_seeded(w, SeededPart("output", tuple(w.shape), args.dim**-0.5), seed)
 
-    def get_attention_masks(self, input_batch, tokenizer, extra_inputs=None) -> None:
-        # Causal attention only (SDPA's is_causal): there is no mask to build.
-        return None
-
-    def forward(self, tokens: torch.Tensor, attention_masks: None = None, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         """Logits of ``tokens``; with a ``KVCache``, ``tokens`` continue the cached positions
         (incremental decoding: only the new positions are computed)."""
         # Pipeline stages may have dropped the embedding / head: pass through what arrives.
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         rope = self.rope if cache is None else self.rope[cache.begin(tokens.shape[1]) :]
         # LaX's crossing latent is per position, so it runs on the new positions alone: no cache.
-        carry = {} if self.model_args.linear == "lax" else None
+        carry = {} if KINDS[self.model_args.linear].latent_crossing else None
         for layer in self.layers.values():
             if carry is None:
                 h = layer(h, rope, cache=cache)

@@ -16,14 +16,16 @@ DTensor is rejected by DTensor):
           Σ_R dY·Y, the only reduction the chain rule needs, is over the replicated r-dim.
 
 ``SyncRMSNorm`` — the statistic in its own all-reduce (forward) and Σ dy·γ·x in another (backward).
-``LocalRMSNorm`` — each shard normalised by its own statistic: no collective, NOT the dense model.
+``shard_rms_norm`` — each shard normalised by its own statistic (``norm = "local"``): no collective,
+NOT the dense model.
 """
 
 from __future__ import annotations
 
 import torch
 
-from boost.parallel.comm import TPGroup, all_reduce_local, all_reduce_local_coalesced, next_replayed
+from boost.parallel.collectives import TPGroup, all_reduce_partial, all_reduce_partial_coalesced
+from boost.parallel.latent_replay import next_replayed
 
 
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -76,9 +78,9 @@ def _all_reduce_latent_and_statistic(h, s, act_dtype: torch.dtype, group: TPGrou
     gloo refuses mixed dtypes in a coalesced call, so low-precision CPU runs send ``[h | s]`` in fp32.
     """
     if act_dtype != s.dtype and h.is_cuda:
-        h, s = all_reduce_local_coalesced([h.to(act_dtype), s], group)
+        h, s = all_reduce_partial_coalesced([h.to(act_dtype), s], group)
         return h, s
-    hs = all_reduce_local(torch.cat([h, s], dim=-1), group)
+    hs = all_reduce_partial(torch.cat([h, s], dim=-1), group)
     return hs[..., :-1], hs[..., -1:]
 
 
@@ -86,7 +88,7 @@ class SyncRMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, gamma, eps: float, dim: int, group: TPGroup):
         acc = _stat_dtype(x.dtype)
-        s = all_reduce_local(x.to(acc).pow(2).sum(-1, keepdim=True), group)
+        s = all_reduce_partial(x.to(acc).pow(2).sum(-1, keepdim=True), group)
         inv_rms = torch.rsqrt(s / dim + eps)
         ctx.save_for_backward(x, gamma, inv_rms)
         ctx.dim, ctx.group = dim, group
@@ -97,12 +99,12 @@ class SyncRMSNorm(torch.autograd.Function):
         x, gamma, inv_rms = ctx.saved_tensors
         acc = inv_rms.dtype
         xa, g = x.to(acc), (dy * gamma).to(acc)
-        dot = all_reduce_local((g * xa).sum(-1, keepdim=True), ctx.group)  # Σ over the full d
+        dot = all_reduce_partial((g * xa).sum(-1, keepdim=True), ctx.group)  # Σ over the full d
         dx = g * inv_rms - xa * dot * inv_rms.pow(3) / ctx.dim
         dgamma = (dy.to(acc) * xa * inv_rms).reshape(-1, x.shape[-1]).sum(0)
         return dx.to(x.dtype), dgamma.to(gamma.dtype), None, None, None
 
 
-def local_rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
+def shard_rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
     """Normalise the shard by its own statistic (``norm = "local"``): differs from the dense model."""
     return torch.nn.functional.rms_norm(x, (x.shape[-1],), gamma, eps)

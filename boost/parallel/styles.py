@@ -28,10 +28,9 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_module, distribute_tensor
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from boost.parallel.comm import all_reduce_grad_on_backward, group_name, row_parallel_down
-from boost.parallel.norms import OnlineRMSNormDown, SyncRMSNorm, local_rms_norm
-
-NORM_MODES = ("online", "sync", "local")
+from boost.parallel.collectives import all_reduce_grad_on_backward, group_name, row_parallel_down
+from boost.parallel.norms import OnlineRMSNormDown, SyncRMSNorm, shard_rms_norm
+from boost.rules import NORM_MODES
 
 
 def _check_norm_mode(norm: str) -> None:
@@ -117,7 +116,7 @@ def _sharded_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     gamma = self.weight.to_local()
     if self._btp_mode == "sync":
         return SyncRMSNorm.apply(x, gamma, self.eps, self._btp_dim, self._btp_group)
-    return local_rms_norm(x, gamma, self.eps)
+    return shard_rms_norm(x, gamma, self.eps)
 
 
 def _identity_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
@@ -278,7 +277,7 @@ def _down_forward(down: nn.Linear, x: DTensor) -> DTensor:
             if mode == "sync":
                 xl = SyncRMSNorm.apply(xl, gamma, norm.eps, norm.weight.shape[0], group)
             else:
-                xl = local_rms_norm(xl, gamma, norm.eps)
+                xl = shard_rms_norm(xl, gamma, norm.eps)
         # A's partial product and the forward all-reduce, r wide, pinned (DTensor would otherwise
         # pick its own strategy), as one Function: low-rank AC's recompute then skips the GEMM.
         y = row_parallel_down(xl, down.weight.to_local(), group)

@@ -1,0 +1,9 @@
+"""Text a run trains on and the offline tokenizer, with no trainer attached.
+
+- ``stdlib_corpus``: the running interpreter's standard library as a corpus, split by path hash;
+- ``local_files``: a user's ``.txt`` / ``.jsonl`` / ``.parquet`` files, read strictly;
+- ``offline_tokenizer``: the byte-level BPE trained on ``stdlib`` and cached per machine.
+
+Plain lists of texts and folders out; ``torchtitan_ext.data.text_datasets`` and
+``torchtitan_ext.data.tokenizer`` hand them to torchtitan, the after-training tools read them directly.
+"""

@@ -1,0 +1,46 @@
+"""BOOST's options of a training run: the ``[boost]`` section of a TOML and its ``--boost.*`` overrides.
+
+Plain data with the defaults; ``torchtitan_ext.config`` merges it into torchtitan's schema, and the
+after-training tools read a run's section through it.
+"""
+
+from dataclasses import dataclass
+
+
+@dataclass
+class BoostOptions:
+    linear: str = "cola"
+    """Projection kind of the seven block linears: full | svd | cola | lax."""
+
+    rank: int = 0
+    """Bottleneck rank r of every low-rank projection; 0 derives it as ``rank_ratio * dim``."""
+
+    rank_ratio: float = 0.25
+    """r / d when ``rank`` is 0 (the reference paper's r = d/4)."""
+
+    group_linears: bool = True
+    """One GEMM for the q/k/v and gate/up down-projections, one batched GEMM for their up-projections."""
+
+    norm: str = "online"
+    """Pre-norm under tensor parallelism: online (statistic rides in the down-projection's
+    all-reduce) | sync (its own all-reduce) | local (shard-local; NOT equivalent to the dense model)."""
+
+    tp_scheme: str = "btp"
+    """Tensor-parallel plan when parallelism.tensor_parallel_degree > 1:
+    btp (bottleneck-aware) | vanilla (low-rank Megatron-style) | megatron (dense only)."""
+
+    sequence_parallel: bool = False
+    """megatron scheme only: shard norms and residual on the sequence dim (torchtitan's plan)."""
+
+    activation_checkpoint: str = "none"
+    """none | full (torchtitan's whole-block AC) | lowrank (keep r-wide latents, recompute the rest)."""
+
+    tokenizer_vocab_size: int = 2048
+    """Vocabulary of the BPE tokenizer trained offline when model.hf_assets_path holds none."""
+
+    cache_dir: str = ""
+    """Where the offline tokenizer and corpus index are cached ('' = $BOOST_CACHE or ~/.cache/boost)."""
+
+    log_comm: bool = True
+    """Count collectives of every step (kind, count, bytes) and log them with the metrics."""
+

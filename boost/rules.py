@@ -1,0 +1,178 @@
+"""BOOST's rules, stated once: the linear kinds and what each one is, the tensor-parallel schemes, the
+norm and activation-checkpoint modes, how the bottleneck rank is resolved, and every check of a layout.
+
+Everything that needs one of these imports it from here: the model (``boost.model``), the TP plans
+(``boost.parallel.tp_plans``), the layout planner and performance model, and the trainer's preflight
+(``torchtitan_ext.preflight``), which quotes the TOML field each check is about.
+
+A layout check takes plain values and returns ``None`` when the layout holds, else what to change —
+one sentence a user can act on. Callers decide what a broken rule means: the preflight refuses the
+job naming the field, the planner skips the layout, ``apply_tp`` raises ``ValueError``.
+
+Example::
+
+    >>> KINDS["lax"].pipelines, KINDS["cola"].latent_activation, KINDS["full"].tp_scheme
+    (False, True, 'megatron')
+    >>> resolve_rank(dim=4096, rank=0, rank_ratio=0.25)
+    1024
+    >>> tp_scheme_problem("full", "btp", tp=4)
+    'the dense model (boost.linear = "full") uses tp_scheme = "megatron"'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LinearKind:
+    """What a projection kind is, as every part of BOOST needs to know it."""
+
+    name: str
+    low_rank: bool
+    """``W ≈ B·A`` with a rank-r bottleneck, instead of one dense ``W``."""
+    latent_activation: bool
+    """σ on the r-wide latent (CoLA's ``B·σ(A·x)``); the MLP then drops SwiGLU's full-width SiLU."""
+    latent_crossing: bool
+    """LaX: each block's latents are added into the next block's, a carry from block to block."""
+    tp_scheme: str
+    """The tensor-parallel scheme its configs use: BTP for low-rank kinds, Megatron for the dense baseline."""
+
+    @property
+    def pipelines(self) -> bool:
+        """Whether the model can be cut into pipeline stages: a stage boundary would cut LaX's carry."""
+        return not self.latent_crossing
+
+
+KINDS: dict[str, LinearKind] = {
+    kind.name: kind
+    for kind in (
+        LinearKind("full", low_rank=False, latent_activation=False, latent_crossing=False, tp_scheme="megatron"),
+        LinearKind("svd", low_rank=True, latent_activation=False, latent_crossing=False, tp_scheme="btp"),
+        LinearKind("cola", low_rank=True, latent_activation=True, latent_crossing=False, tp_scheme="btp"),
+        LinearKind("lax", low_rank=True, latent_activation=True, latent_crossing=True, tp_scheme="btp"),
+    )
+}
+LINEAR_KINDS = tuple(KINDS)
+
+TP_SCHEMES = ("btp", "vanilla", "megatron")
+"""btp: bottleneck-aware (full dims sharded, r-wide collectives); vanilla: Megatron-style TP of the
+factors (rank dim sharded, d-wide collectives); megatron: the dense baseline's plan."""
+
+NORM_MODES = ("online", "sync", "local")
+"""Pre-norm over a sharded hidden dim: online (statistic rides in the next all-reduce), sync (its own
+all-reduce), local (shard-local statistics: NOT the dense model)."""
+
+AC_MODES = ("none", "full", "lowrank")
+"""none; full (recompute whole blocks); lowrank (keep BTP's r-wide latents, recompute the rest)."""
+
+DEFAULT_RANK_RATIO = 0.25  # the reference paper's r = d/4
+
+
+def linear_kind(name: str) -> LinearKind:
+    """The kind called ``name``; ``ValueError`` naming the choices otherwise."""
+    if name not in KINDS:
+        raise ValueError(f"boost.linear = {name!r} is unknown; choose one of {LINEAR_KINDS}")
+    return KINDS[name]
+
+
+def resolve_rank(dim: int, rank: int, rank_ratio: float) -> int:
+    """The bottleneck rank: ``rank`` when set (> 0), else ``rank_ratio · dim`` rounded, at least 1."""
+    return rank if rank else max(1, round(rank_ratio * dim))
+
+
+def norm_is_shard_local(norm: str, tp_scheme: str, tp: int) -> bool:
+    """Whether the pre-norms normalise each TP shard by its own statistic: a different model from the dense
+    one for every TP degree. Only BTP shards the hidden dim that the norm reads (vanilla and megatron
+    keep the residual whole), so only there does ``norm = "local"`` change the model."""
+    return norm == "local" and tp_scheme == "btp" and tp > 1
+
+
+def groups_linears(tp_scheme: str) -> bool:
+    """Whether a scheme runs the grouped down-projections (one GEMM for q/k/v, one for gate/up): every
+    scheme but vanilla, which shards the rank dim and would split a grouped factor across members."""
+    return tp_scheme != "vanilla"
+
+
+# ----------------------------------------------------------------------------- layout checks
+
+
+def tp_scheme_problem(linear: str, tp_scheme: str, tp: int) -> str | None:
+    """The dense kind runs Megatron's plan; the low-rank kinds BTP or vanilla."""
+    if tp == 1:
+        return None
+    if not KINDS[linear].low_rank and tp_scheme != "megatron":
+        return 'the dense model (boost.linear = "full") uses tp_scheme = "megatron"'
+    if KINDS[linear].low_rank and tp_scheme == "megatron":
+        return (f'megatron is the dense baseline, but boost.linear = {linear!r}: use "btp" or "vanilla" '
+                'for low-rank kinds, or boost.linear = "full"')
+    return None
+
+
+def tp_shape_problem(shapes: dict[str, int], tp: int) -> str | None:
+    """Every sharded dim divides by the TP degree (``shapes``: name → size, e.g. n_heads, dim, ffn_dim)."""
+    for name, size in shapes.items():
+        if size % tp:
+            return f"must divide {name} = {size}"
+    return None
+
+
+def tp_sharded_dims(n_heads: int, kv_heads: int, dim: int, ffn_dim: int) -> dict[str, int]:
+    """The model dims every TP scheme shards (the vocabulary too, checked where its size is known)."""
+    return {"n_heads": n_heads, "kv_heads": kv_heads, "dim": dim, "ffn_dim": ffn_dim}
+
+
+def grouping_problem(tp_scheme: str, group_linears: bool, tp: int) -> str | None:
+    """vanilla TP shards the rank dim, so its down-projections run ungrouped."""
+    if tp == 1 or groups_linears(tp_scheme) or not group_linears:
+        return None
+    return ("vanilla TP shards the rank dim, which would split a grouped [r_q+r_k+r_v, d] factor across members: "
+            "add --boost.no-group-linears (boost.group_linears = false)")
+
+
+def vanilla_rank_problem(tp_scheme: str, rank: int, tp: int) -> str | None:
+    """vanilla TP shards the rank dim, so the rank divides by the TP degree."""
+    if tp == 1 or tp_scheme != "vanilla" or rank % tp == 0:
+        return None
+    return f"must be divisible by the TP degree {tp}: vanilla TP shards the rank dim"
+
+
+def online_norm_problem(linear: str, tp_scheme: str, norm: str, group_linears: bool, tp: int) -> str | None:
+    """Online RMSNorm rides in the one grouped down-projection that reads the norm (BTP, TP > 1)."""
+    if tp == 1 or tp_scheme != "btp" or norm != "online" or group_linears or not KINDS[linear].low_rank:
+        return None
+    return ("online RMSNorm rides in the one grouped down-projection that reads the norm; ungrouped, several "
+            'read it: set boost.norm = "sync", or boost.group_linears = true')
+
+
+def lowrank_ac_applies(tp_scheme: str, tp: int) -> bool:
+    """Low-rank AC keeps BTP's r-wide all-reduced latents, which exist only under BTP at TP > 1 (at TP = 1,
+    and under the vanilla/megatron plans whose all-reduces are d wide, there is nothing r-wide to keep)."""
+    return tp > 1 and tp_scheme == "btp"
+
+
+def activation_checkpoint_problem(mode: str, tp_scheme: str, tp: int) -> str | None:
+    if mode != "lowrank" or lowrank_ac_applies(tp_scheme, tp):
+        return None
+    where = "at tensor_parallel_degree = 1" if tp == 1 else f"under tp_scheme = {tp_scheme!r}"
+    return (f"keeps BTP's r-wide all-reduced latents, and {where} there are none: "
+            'use "full" (or tp_scheme = "btp" with tensor_parallel_degree > 1)')
+
+
+def pipeline_problem(linear: str, pp: int, n_layers: int) -> str | None:
+    """At most one stage per layer, and no stage boundary through LaX's carry."""
+    if pp > 1 and pp > n_layers:
+        return f"more stages than the {n_layers} layers"
+    if pp > 1 and not KINDS[linear].pipelines:
+        return f"{linear} carries latents across blocks: use 1, or another boost.linear"
+    return None
+
+
+def sequence_parallel_problem(sequence_parallel: bool, tp_scheme: str, seq_len: int, tp: int) -> str | None:
+    if not sequence_parallel or tp == 1:
+        return None
+    if tp_scheme != "megatron":
+        return 'only the megatron scheme has a sequence-parallel plan: drop it, or use tp_scheme = "megatron"'
+    if seq_len % tp:
+        return f"shards the sequence: training.seq_len = {seq_len} must be divisible by {tp}"
+    return None

@@ -1,0 +1,186 @@
+"""A checkpoint knows what model it holds; one trainer per run folder; one rule for checkpoint folders.
+
+One short 1-process run (module fixture) writes the checkpoints every test here reads; each test
+copies the folder it changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+
+from tests.trainer import ROOT, SMALL, losses, run_train
+
+COMMON = ["--validation.no-enable", "--lr_scheduler.warmup_steps", "2", "--checkpoint.interval", "2",
+          "--checkpoint.keep_latest_k", "3"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, dict[int, float]]:
+    """A debug CoLA run of 8 steps, a checkpoint every 2 (keep 3): ``(tmp folder, losses)``; dump folder ``out``."""
+    tmp = tmp_path_factory.mktemp("trained")
+    log = run_train(tmp, *COMMON, steps=8)
+    return tmp, losses(log)
+
+
+def _copy_run(trained_tmp: Path, tmp_path: Path) -> Path:
+    shutil.copytree(trained_tmp / "out" / "checkpoint", tmp_path / "out" / "checkpoint")
+    return tmp_path / "out" / "checkpoint"
+
+
+def _preflight(tmp_path: Path, *overrides: str, monkeypatch, dump: Path | None = None) -> str | None:
+    """``run_train.sh``'s preflight in this process for the run folder ``dump`` (``tmp_path/out``):
+    the refusal message, or ``None`` if it would start."""
+    from torchtitan_ext.preflight import main
+
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    try:
+        main(["--job.config_file", "train_configs/debug.toml", "--job.dump_folder", str(dump or tmp_path / "out"),
+              "--boost.cache_dir", str(tmp_path.parent / "boost-cache"), *overrides])
+    except SystemExit as e:
+        return str(e.code)
+    return None
+
+
+@pytest.mark.slow
+def test_every_checkpoint_records_its_model_and_keep_latest_k_holds(trained):
+    tmp, _ = trained
+    folder = tmp / "out" / "checkpoint"
+    # saves at 2, 4, 6, 8: the last-step save purges too, so 3 remain, not 4
+    assert sorted(p.name for p in folder.iterdir()) == ["step-4", "step-6", "step-8"]
+    for step in (4, 6, 8):
+        record = json.loads((folder / f"step-{step}" / "boost_model.json").read_text())
+        assert record["step"] == step and record["boost_version"] == metadata.version("boost-lowrank")
+        model = record["model"]
+        assert (model["flavor"], model["linear"], model["rank"], model["vocab_size"], model["dim"]) == (
+            "debug", "cola", 64, 2048, 256)
+        assert model["group_linears"] is True and model["rms_norm"] == "exact"
+        assert "max_seq_len" not in model and "init_seed" not in model  # not identity
+
+
+@pytest.mark.slow
+def test_resuming_as_svd_from_a_cola_checkpoint_is_refused_without_a_traceback(trained, tmp_path):
+    # SVD and CoLA factors have the same shapes: DCP would load them without complaint
+    tmp, _ = trained
+    folder = _copy_run(tmp, tmp_path)
+    before = sorted(p.name for p in folder.iterdir())
+    env = dict(os.environ, NGPU="1", PYTHON=sys.executable, BOOST_CACHE=str(tmp.parent / "boost-cache"))
+    proc = subprocess.run(["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), "--training.steps", "10",
+                           *SMALL, *COMMON, "--boost.linear", "svd"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert "Traceback" not in out and out.count("BOOST checkpoint error") == 1, out
+    assert f"{folder / 'step-8'} holds another model" in out
+    assert "boost.linear  checkpoint: 'cola'        this job: 'svd'" in out
+    assert "--job.dump_folder NEW_FOLDER" in out and "--checkpoint.no-enable" in out
+    assert "torch.distributed.run" not in out and not (tmp_path / "out" / "tb").exists()  # no process started
+    assert sorted(p.name for p in folder.iterdir()) == before
+
+
+@pytest.mark.slow
+def test_preflight_names_every_differing_field_and_lets_layout_changes_through(trained, tmp_path, monkeypatch):
+    tmp, _ = trained
+    _copy_run(tmp, tmp_path)
+    flavour = _preflight(tmp_path, "--model.flavor", "60M", monkeypatch=monkeypatch)
+    for line in ("model.flavor                    checkpoint: 'debug'       this job: '60M'",
+                 "dim (from model.flavor)         checkpoint: 256           this job: 512",
+                 "n_layers (from model.flavor)    checkpoint: 4             this job: 8",
+                 "boost.rank / boost.rank_ratio   checkpoint: 64            this job: 128"):
+        assert line in flavour, flavour
+    assert "boost.linear" not in flavour  # only what differs
+    assert "checkpoint: 64            this job: 32" in _preflight(tmp_path, "--boost.rank", "32", monkeypatch=monkeypatch)
+    ungrouped = _preflight(tmp_path, "--boost.no-group-linears", monkeypatch=monkeypatch)
+    assert "boost.group_linears" in ungrouped and "checkpoint: True" in ungrouped
+    vocab = _preflight(tmp_path, "--boost.tokenizer_vocab_size", "1024", monkeypatch=monkeypatch)
+    assert "vocab_size (the tokenizer)  checkpoint: 2048" in vocab and "this job: 1024" in vocab
+    # same model: the norm's implementation and the parallel layout are not identity
+    assert _preflight(tmp_path, "--boost.norm", "sync", monkeypatch=monkeypatch) is None
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    from torchtitan_ext.guards.checkpoint_guard import check_resume
+    from torchtitan_ext.preflight import check_job
+
+    check_resume(check_job(["--job.config_file", "train_configs/debug.toml", "--job.dump_folder",
+                            str(tmp_path / "out"), "--boost.cache_dir", str(tmp_path.parent / "boost-cache"),
+                            "--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree",
+                            "2"], 4))
+    missing = _preflight(tmp_path, "--checkpoint.load_step", "7", monkeypatch=monkeypatch)
+    assert "checkpoint.load_step = 7: there is no checkpoint step-7" in missing
+    assert "the steps saved there are [4, 6, 8]" in missing
+    # a copied step folder carries its identity: a fresh run that starts from it is checked too
+    seeded = _preflight(tmp_path, "--checkpoint.initial_load_path", str(tmp_path / "out" / "checkpoint" / "step-8"),
+                        "--boost.linear", "lax", monkeypatch=monkeypatch, dump=tmp_path / "fresh")
+    assert "step-8 holds another model" in seeded and "checkpoint: 'cola'        this job: 'lax'" in seeded
+    # a damaged record is not taken for "no record": refused, naming the file
+    (tmp_path / "out" / "checkpoint" / "step-8" / "boost_model.json").write_text("{truncated")
+    damaged = _preflight(tmp_path, monkeypatch=monkeypatch)
+    assert "step-8/boost_model.json is not a BOOST model identity" in damaged and "delete it" in damaged
+
+
+@pytest.mark.slow
+def test_resume_ignores_backups_accepts_old_checkpoints_and_keeps_latest_k(trained, tmp_path):
+    tmp, straight = trained
+    folder = _copy_run(tmp, tmp_path)
+    shutil.rmtree(folder / "step-8")  # resume from step 6
+    (folder / "step-6" / "boost_model.json").unlink()  # as written before BOOST recorded identities
+    shutil.copytree(folder / "step-4", folder / "keep-step-400")  # a user's backup, with its .metadata
+    log = run_train(tmp_path, *COMMON, steps=10)
+    assert "Training starts at step 7" in log
+    assert log.count("records no model identity") == 1, log[-3000:]
+    resumed = losses(log)
+    assert {s: resumed[s] for s in (7, 8)} == {s: straight[s] for s in (7, 8)}  # 1 process: bit-identical
+    # saves at 8 and 10 (the last): 3 step folders kept; the backup is not a checkpoint, so not purged
+    assert sorted(p.name for p in folder.iterdir()) == ["keep-step-400", "step-10", "step-6", "step-8"]
+    assert (folder / "step-10" / "boost_model.json").is_file()
+
+
+def _trainer(out: Path, *overrides: str) -> list[str]:
+    """One trainer process, as torchrun starts each rank (no run_train.sh preflight)."""
+    return [sys.executable, "-m", "torchtitan_ext.train", "--job.config_file", "train_configs/debug.toml",
+            "--job.dump_folder", str(out), *SMALL, "--validation.no-enable", "--checkpoint.no-enable", *overrides]
+
+
+@pytest.mark.slow
+def test_a_second_trainer_on_a_held_run_folder_refuses_naming_the_holder(tmp_path):
+    from torchtitan_ext.guards.run_lock import LOCK_FILE, RunFolderInUse, check_run_folder_free
+
+    out = tmp_path / "out"
+    env = dict(os.environ, BOOST_CACHE=str(tmp_path.parent / "boost-cache"), RANK="0", LOCAL_RANK="0",
+               WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="0", OMP_NUM_THREADS="1")
+    first = subprocess.Popen(_trainer(out, "--training.steps", "100000"), cwd=ROOT, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 120
+        while not (out / LOCK_FILE).is_file() or not (out / LOCK_FILE).read_text().startswith("pid "):
+            assert first.poll() is None and time.time() < deadline, "the first trainer never took the lock"
+            time.sleep(0.2)
+        assert (out / LOCK_FILE).read_text().split()[1] == str(first.pid)
+        os.kill(first.pid, signal.SIGSTOP)  # frozen, it still holds the lock, and leaves the cores to the second
+        with pytest.raises(RunFolderInUse, match=f"in use by another trainer \\(pid {first.pid} on "):
+            check_run_folder_free(out)  # run_train.sh's preflight
+        second = subprocess.run(_trainer(out, "--training.steps", "5"), cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=300)
+        assert second.returncode == 2, second.stderr[-3000:]
+        assert f"is in use by another trainer (pid {first.pid} on" in second.stderr
+        assert "Traceback" not in second.stderr
+        assert first.poll() is None  # the first run is untouched
+    finally:
+        first.kill()
+        first.wait()
+    check_run_folder_free(out)  # the OS released the lock with the process
+
+
+def test_checkpoint_folder_rule():
+    from boost.checkpoint_folder import checkpoint_step
+
+    assert [checkpoint_step(n) for n in ("step-0", "step-12", "keep-step-500", "step-007", "step-5.bak", "step-")] \
+        == [0, 12, None, None, None, None]

@@ -1,0 +1,82 @@
+"""The feature matrix (tests/feature_matrix.py) through the real trainer: every supported row trains
+and matches its reference run step for step; every refused row is refused by the preflight."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.feature_matrix import LAYOUTS, MODELS, REFERENCES, REFUSED, SUPPORTED, Row
+from tests.trainer import ROOT, losses, run_train
+
+STEPS = 6
+COMMON = ["--checkpoint.no-enable", "--validation.no-enable", "--lr_scheduler.warmup_steps", "2",
+          "--debug.seed", "0"]
+# fp32 on CPU: the layouts reorder sums (all-reduces, sharded GEMMs), so runs agree to rounding,
+# compounded over a few AdamW steps; a wrong gradient moves the loss by far more (≥1e-2).
+RTOL = 2e-5
+
+
+@pytest.fixture(scope="module")
+def reference_losses(tmp_path_factory):
+    """Reference curves, one per (scheme's model, data-parallel degree), computed once when first asked."""
+    cache: dict[tuple[str, str], dict[int, float]] = {}
+
+    def get(scheme: str, reference: str) -> dict[int, float]:
+        if (scheme, reference) not in cache:
+            ngpu, layout = REFERENCES[reference]
+            folder = tmp_path_factory.mktemp(f"ref-{scheme}-{reference}")
+            cache[scheme, reference] = losses(run_train(folder, *COMMON, *MODELS[scheme], *layout, ngpu=ngpu,
+                                                        steps=STEPS))
+        return cache[scheme, reference]
+
+    return get
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("row", SUPPORTED, ids=lambda r: r.name)
+def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_path: Path):
+    ngpu = LAYOUTS[row.layout][0]
+    # the loss lives on the last pipeline stage: ranks 2 and 3 of pp=2 × tp=2
+    log = run_train(tmp_path, *COMMON, *row.overrides(), ngpu=ngpu, steps=STEPS,
+                    log_rank=2 if row.layout == "pp×tp" else 0)
+    assert f"Applied {row.scheme} tensor parallelism (degree 2" in log
+    if row.compiled:
+        assert "Compiling each TransformerBlock with torch.compile" in log
+    if row.ac == "lowrank":
+        assert "Applied low-rank activation checkpointing" in log
+    if row.layout == "fsdp×tp":
+        assert "Applied FSDP to the model" in log
+    if row.layout == "pp×tp":
+        # the per-token loss scaling under PP (torchtitan #2972): gradient norms like the unpipelined run's
+        norms = [float(v) for v in re.findall(r"grad_norm:\s+([\d.]+)", log)]
+        assert norms and max(norms) < 20, norms
+    else:
+        assert re.search(r"comm/step: .*all_reduce \d+× [\d.]+ [KM]iB", log), log[-3000:]
+        _assert_tensorboard_has_comm_metrics(tmp_path / "out" / "tb")
+    got, want = losses(log), reference_losses(row.scheme, row.reference)
+    assert got.keys() == want.keys() == set(range(1, STEPS + 1)), (got, want)
+    for step in want:
+        assert abs(got[step] - want[step]) <= RTOL * abs(want[step]), f"step {step}: {got[step]} vs {want[step]}"
+
+
+@pytest.mark.parametrize("ngpu,overrides,field", REFUSED, ids=lambda v: " ".join(v) if isinstance(v, tuple) else None)
+def test_refused_row_is_refused_before_any_process(ngpu, overrides, field):
+    from torchtitan_ext.preflight import ConfigError, check_job
+
+    argv = ["--job.config_file", str(ROOT / "train_configs" / "debug.toml"), *overrides]
+    with pytest.raises(ConfigError, match=re.escape(field)):
+        check_job(argv, ngpu)
+
+
+def _assert_tensorboard_has_comm_metrics(tb: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(next(tb.rglob("events.out.tfevents.*")).parent))
+    acc.Reload()
+    assert {"loss_metrics/global_avg_loss", "throughput(tps)", "mfu(%)", "boost/comm_bytes/all_reduce"} <= set(
+        acc.Tags()["scalars"])
+    comm = acc.Scalars("boost/comm_bytes_per_step")
+    assert comm and comm[-1].value > 0

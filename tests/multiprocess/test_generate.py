@@ -1,0 +1,131 @@
+"""Sampling with a KV cache (``boost.generate``): the cache changes nothing but the cost.
+
+Every kind decodes the same tokens with the cache as by re-running the whole prefix, the CLI
+streams what the library samples, and BTP at tp=2 samples what one process samples.
+"""
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+from boost.evaluate import packed_windows, score, token_byte_lengths
+from boost.generate import main, next_token_distribution, sample
+from boost.model import ModelArgs, Transformer
+from boost.model.kv_cache import KVCache
+from boost.trained_run import load_run, shard_for_inference
+from tests.distributed import run_distributed
+from tests.trained_runs import make_run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _tiny(linear: str, group_linears: bool = True) -> Transformer:
+    torch.manual_seed(0)
+    args = ModelArgs(
+        dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=128, ffn_dim=176, linear=linear, rank=16,
+        group_linears=group_linears, max_seq_len=64,
+    )  # fmt: skip
+    return Transformer(args).eval()
+
+
+@pytest.mark.parametrize("linear,grouped", [("full", True), ("svd", True), ("cola", True), ("lax", True), ("lax", False)])
+def test_kv_cache_matches_full_prefix(linear, grouped):
+    model = _tiny(linear, grouped)
+    tokens = torch.randint(0, 128, (2, 20), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        full = model(tokens)
+        cache = KVCache(64)
+        # A prefill, a multi-token chunk after a cached past (bottom-right causal mask), then single tokens.
+        parts = [model(tokens[:, :7], cache=cache), model(tokens[:, 7:12], cache=cache)]
+        parts += [model(tokens[:, i : i + 1], cache=cache) for i in range(12, 20)]
+    assert cache.seen == 20
+    # Same weights and positions; SDPA with and without a mask and shorter GEMMs: float32 rounding only.
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, rtol=1e-5, atol=1e-5)
+    prompt = tokens[0, :5].tolist()
+    for options in (dict(temperature=0), dict(temperature=1.0, top_k=20, top_p=0.9, seed=3)):
+        cached = list(sample(model, prompt, 16, **options))
+        assert cached == list(sample(model, prompt, 16, use_cache=False, **options)), options
+        assert len(cached) == 16
+
+
+def test_sampling_options():
+    model = _tiny("cola")
+    greedy = list(sample(model, [1, 2, 3], 12, temperature=0))
+    assert list(sample(model, [1, 2, 3], 12, temperature=1.0, top_k=1, seed=5)) == greedy
+    assert list(sample(model, [1, 2, 3], 12, temperature=1.0, top_p=1e-6, seed=5)) == greedy
+    hot = dict(temperature=2.0, seed=7)
+    assert list(sample(model, [1, 2, 3], 12, **hot)) == list(sample(model, [1, 2, 3], 12, **hot))
+    assert list(sample(model, [1, 2, 3], 12, **hot)) != list(sample(model, [1, 2, 3], 12, temperature=2.0, seed=8))
+    stop = greedy[3]
+    assert list(sample(model, [1, 2, 3], 12, temperature=0, eos_id=stop))[-1] == stop
+    probs = next_token_distribution(torch.tensor([3.0, 2.0, 1.0, 0.0]), 1.0, top_k=2, top_p=None)
+    assert probs[2:].sum() == 0 and torch.isclose(probs.sum(), torch.tensor(1.0))
+    probs = next_token_distribution(torch.tensor([3.0, 2.0, 1.0, 0.0]), 1.0, top_k=None, top_p=0.8)
+    assert (probs > 0).tolist() == [True, True, False, False]  # 0.665 < 0.8 <= 0.91: two tokens
+    for bad, match in [(dict(temperature=-1), "--temperature"), (dict(top_k=0), "--top-k"), (dict(top_p=0), "--top-p")]:
+        with pytest.raises(ValueError, match=match):
+            next(sample(model, [1], 2, **bad))
+    with pytest.raises(ValueError, match="max_seq_len 64"):
+        next(sample(model, [1] * 60, 10))
+
+
+@pytest.fixture(scope="module")
+def cola_run(tmp_path_factory):
+    return make_run(tmp_path_factory.mktemp("cola_run"), "cola")
+
+
+def test_cli_streams_the_sampled_text(cola_run, capsys):
+    run = load_run(cola_run)
+    ids = run.tokenizer.encode("def main(")
+    expected = run.tokenizer.decode(list(sample(run.model, ids, 16, temperature=0.8, top_k=40, seed=2)))
+    # One subprocess: the module entry point as a user runs it (pays torchtitan's import once).
+    out = subprocess.run(
+        [sys.executable, "-m", "boost.generate", "--config", cola_run, "--prompt", "def main(",
+         "--max-new-tokens", "16", "--temperature", "0.8", "--top-k", "40", "--seed", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "def main(" + expected + "\n"
+    assert "step-3" in out.stderr
+    # Bad input: a message naming the argument, no traceback.
+    assert main(["--config", str(cola_run), "--checkpoint", "99"]) == 2
+    assert "step-99" in capsys.readouterr().err
+    assert main(["--config", str(cola_run), "--top-p", "1.5"]) == 2
+    assert "--top-p" in capsys.readouterr().err
+    assert main(["--config", str(cola_run.with_name("missing.toml"))]) == 2
+    assert "missing.toml does not exist" in capsys.readouterr().err
+
+
+TEXT = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n" * 6
+
+
+def _tp_matches_one_process(rank, world_size, toml, expected_tokens, expected_loss):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        run = load_run(toml)
+    assert shard_for_inference(run.model, run.config) == rank
+    ids = run.tokenizer.encode("import os\n")
+    for options, expected in zip((dict(temperature=0), dict(temperature=0.9, top_p=0.95, seed=4)), expected_tokens):
+        assert list(sample(run.model, ids, 24, **options)) == expected, options
+    windows = packed_windows([run.tokenizer.encode(TEXT)], 64)
+    got = score(run.model, windows, token_byte_lengths(run.tokenizer), batch_size=2, progress=False)
+    # Row-parallel A sums partial products across ranks: float32 reassociation, not bit-exact.
+    assert abs(got.loss - expected_loss) <= 1e-5 * expected_loss, (got.loss, expected_loss)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("linear", ["lax"])
+def test_tp2_samples_and_scores_like_one_process(tmp_path, linear):
+    # LaX: the kind with the most state (grouped q/k/v, crossing latents); BTP at tp=2.
+    toml = make_run(tmp_path, linear)
+    run = load_run(toml)
+    ids = run.tokenizer.encode("import os\n")
+    expected = [list(sample(run.model, ids, 24, temperature=0)),
+                list(sample(run.model, ids, 24, temperature=0.9, top_p=0.95, seed=4))]  # fmt: skip
+    windows = packed_windows([run.tokenizer.encode(TEXT)], 64)
+    loss = score(run.model, windows, token_byte_lengths(run.tokenizer), batch_size=2, progress=False).loss
+    run_distributed(_tp_matches_one_process, 2, toml, expected, loss)

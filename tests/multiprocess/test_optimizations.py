@@ -1,0 +1,161 @@
+"""Online RMSNorm and low-rank activation checkpointing (DESIGN §3, §4); compiled: tests/multiprocess/test_compile.py."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.parallel import loss_parallel
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from boost import ModelArgs, Transformer
+from boost.comm_counter import CommCounter
+from boost.memory import forward_held_bytes
+from boost.parallel import OnlineRMSNormDown, SyncRMSNorm, apply_lowrank_ac, apply_tp
+from boost.parallel.collectives import all_reduce_partial_coalesced, row_parallel_down
+from boost.parallel.latent_replay import record_and_replay_collectives
+from tests.distributed import run_distributed
+
+EPS = 1e-5
+
+
+def _shard(t: torch.Tensor, mesh, dim: int) -> torch.Tensor:
+    """Differentiably take this rank's slice of a global tensor (identical on every rank)."""
+    return DTensor.from_local(t, mesh, [Replicate()], run_check=False).redistribute(mesh, [Shard(dim)]).to_local()
+
+
+class _PerturbedBackward(OnlineRMSNormDown):
+    @staticmethod
+    def backward(ctx, dy):
+        dx, dgamma, dweight, *rest = OnlineRMSNormDown.backward(ctx, dy)
+        return dx * 1.05, dgamma, dweight, *rest
+
+
+def _norm_body(rank: int, world_size: int) -> None:
+    mesh = init_device_mesh("cpu", (world_size,))
+    g = torch.Generator().manual_seed(0)
+    d, r, tokens = 8 * world_size, 3, 5
+    x = torch.randn(tokens, d, dtype=torch.float64, generator=g, requires_grad=True)
+    gamma = (1 + 0.1 * torch.randn(d, dtype=torch.float64, generator=g)).requires_grad_()
+    w = torch.randn(r, d, dtype=torch.float64, generator=g, requires_grad=True)
+
+    def online(x, gamma, w, fn=OnlineRMSNormDown):
+        return fn.apply(_shard(x, mesh, -1), _shard(gamma, mesh, 0), _shard(w, mesh, 1), EPS, d, mesh)
+
+    def sync(x, gamma, w):
+        y = SyncRMSNorm.apply(_shard(x, mesh, -1), _shard(gamma, mesh, 0), EPS, d, mesh)
+        return row_parallel_down(y, _shard(w, mesh, 1), mesh)
+
+    dense = F.rms_norm(x, (d,), gamma, EPS) @ w.t()
+    torch.testing.assert_close(online(x, gamma, w), dense, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(sync(x, gamma, w), dense, rtol=1e-12, atol=1e-12)
+    assert torch.autograd.gradcheck(online, (x, gamma, w))
+    assert torch.autograd.gradcheck(sync, (x, gamma, w))
+    # negative control: a perturbed backward must fail the same check
+    assert not torch.autograd.gradcheck(lambda *a: online(*a, fn=_PerturbedBackward), (x, gamma, w), raise_exception=False)
+
+    # one forward collective for online (statistic in the same all-reduce), none in backward
+    with CommCounter() as comm:
+        y = OnlineRMSNormDown.apply(x[:, :8].detach().requires_grad_(), gamma[:8].detach(), w[:, :8].detach(), EPS, d, mesh)
+        y.sum().backward()
+    assert comm.direction(backward=False) == {"all_reduce": (1, tokens * (r + 1))}
+    assert comm.direction(backward=True) == {}
+    # bf16 activations: the GEMMs run in bf16 (an fp32 GEMM would forfeit tensor cores on GPU),
+    # the statistic and the collective in fp32 (gloo cannot mix dtypes in one collective)
+    xb, gb, wb = (t.detach().bfloat16().requires_grad_() for t in (_shard(x, mesh, -1), _shard(gamma, mesh, 0),
+                                                                   _shard(w, mesh, 1)))
+    with _Matmuls() as mm, CommCounter() as comm:
+        yb = OnlineRMSNormDown.apply(xb, gb, wb, EPS, d, mesh)
+        yb.float().pow(2).sum().backward()
+    assert yb.dtype == torch.bfloat16 and mm.dtypes == {torch.bfloat16}, mm.dtypes
+    assert [(r.dtype, r.shape) for r in comm.records] == [(torch.float32, (tokens, r + 1))]
+    torch.testing.assert_close(yb.double(), dense, rtol=2e-2, atol=2e-2)  # bf16 inputs: ~3 significant digits
+
+    # the coalesced pair that carries [H bf16, S fp32] on CUDA: one collective, and under low-rank
+    # AC the recompute replays the recorded pair without communicating
+    recorded, replayed = record_and_replay_collectives()
+    pair = [torch.full((tokens, r), float(rank + 1)), torch.full((tokens, 1), 2.0 * (rank + 1))]
+    with CommCounter() as comm, recorded:
+        summed = all_reduce_partial_coalesced(pair, mesh)
+    with CommCounter() as quiet, replayed:
+        again = all_reduce_partial_coalesced(pair, mesh)
+    total = world_size * (world_size + 1) / 2
+    assert [t[0, 0].item() for t in summed] == [total, 2 * total]
+    assert all(torch.equal(a, b) for a, b in zip(again, summed, strict=True))
+    assert [r.shapes for r in comm.records] == [((tokens, r), (tokens, 1))] and quiet.total_count() == 0
+
+
+class _Matmuls(TorchDispatchMode):
+    """Counts the matrix multiplies dispatched inside it and their input dtypes."""
+
+    def __enter__(self):
+        self.dtypes, self.count = set(), 0
+        return super().__enter__()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in (torch.ops.aten.mm, torch.ops.aten.bmm, torch.ops.aten.addmm):
+            self.dtypes |= {a.dtype for a in args if isinstance(a, torch.Tensor)}
+            self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world_size", [2, 4])
+def test_online_and_sync_rmsnorm_gradcheck(world_size):
+    run_distributed(_norm_body, world_size)
+
+
+def _model(kind="cola", n_layers=2, seq=32, **kw):
+    return ModelArgs.from_flavour("debug", linear=kind, vocab_size=256, n_layers=n_layers, max_seq_len=seq, **kw)
+
+
+def _ac_body(rank: int, world_size: int) -> None:
+    mesh = init_device_mesh("cpu", (world_size,))
+    from torchtitan.config.job_config import ActivationCheckpoint
+    from torchtitan.distributed.activation_checkpoint import apply_ac
+
+    args = _model(n_layers=4, seq=256)
+    tokens = torch.randint(0, 256, (8, 256), generator=torch.Generator().manual_seed(0))
+    results, matmuls = {}, {}
+    for mode in ("none", "lowrank", "full", "none"):  # "none" twice: RSS deltas are stable run to run
+        torch.manual_seed(0)
+        m = apply_tp(Transformer(args), mesh, scheme="btp", norm="online")
+        if mode == "lowrank":
+            apply_lowrank_ac(m)
+        elif mode == "full":
+            apply_ac(m, ActivationCheckpoint(mode="full"))
+        with loss_parallel():
+            with _Matmuls() as fwd_mm:
+                loss, held = forward_held_bytes(lambda: F.cross_entropy(m(tokens).flatten(0, 1), tokens.flatten()))
+            with CommCounter() as comm, _Matmuls() as bwd_mm:
+                loss.backward()
+        grads = [p.grad.full_tensor() for p in m.parameters()]
+        results[mode] = (held, comm.direction(backward=True), grads)
+        matmuls[mode] = (fwd_mm.count, bwd_mm.count)
+    none_held, none_comm, none_grads = results["none"]
+    low_held, low_comm, low_grads = results["lowrank"]
+    full_held, full_comm, _ = results["full"]
+    assert low_comm == none_comm, (low_comm, none_comm)  # the recompute communicates nothing
+    # ... and recomputes the block's up-projection GEMMs only: not the 4 down-projections, whose
+    # all-reduced outputs were kept, nor the last up-projection, whose output no backward needs
+    # (torch's checkpoint stops the recompute early); the LM head's GEMM is outside the blocks
+    recomputed = matmuls["lowrank"][1] - matmuls["none"][1]
+    assert recomputed == matmuls["none"][0] - 1 - 5 * args.n_layers, (recomputed, matmuls)
+    assert full_comm["all_reduce"][0] > none_comm["all_reduce"][0]  # whole-block AC re-issues its all-reduces
+    for a, b in zip(low_grads, none_grads):
+        assert torch.equal(a, b)  # same ops on the same values: bit-identical
+    assert low_held < 0.6 * none_held, (low_held, none_held)
+    assert full_held <= low_held * 1.1
+
+
+@pytest.mark.slow
+def test_lowrank_checkpointing_keeps_collectives_and_gradients_and_saves_memory():
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # inherited by the spawned ranks (see boost.memory)
+    try:
+        run_distributed(_ac_body, 2)
+    finally:
+        del os.environ["MALLOC_MMAP_THRESHOLD_"]

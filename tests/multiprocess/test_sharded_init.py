@@ -1,0 +1,101 @@
+"""Init that draws only a rank's shard gives the same model, bit for bit, in every layout.
+
+The trainer's order: build on ``meta``, parallelise (TP, FSDP2, pipeline split), ``to_empty``, then
+``init_weights`` — each rank fills only its DTensor shards. Gathered, they must equal the model a
+single process initialises: exactly, since every value comes from the same seeded tile.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
+
+import boost.model.seeded_init as seeded_init
+from boost import ModelArgs, Transformer
+from boost.model.seeded_init import SeededPart, draw_region
+from boost.parallel import apply_tp
+from tests.distributed import run_distributed
+from torchtitan_ext.infra.parallelize import apply_fsdp
+
+# (kind, grouped, scheme, tile): the placements differ: btp shards A on d_in and B on d_out, vanilla
+# A on r and B on r, megatron the dense weights; grouped A_qkv / batched B_kv are multi-part. The
+# default tile (256) leaves the debug model's shards inside one tile; 48 cuts them mid-tile.
+FSDP_TP_CASES = [("cola", True, "btp", 256), ("cola", True, "btp", 48), ("svd", False, "vanilla", 48),
+                 ("full", False, "megatron", 48)]
+PP_TP_CASES = [("cola", True, "btp", 48)]
+
+
+def _args(kind: str, grouped: bool) -> ModelArgs:
+    args = ModelArgs.from_flavour("debug", linear=kind, vocab_size=256, n_layers=2, group_linears=grouped,
+                                  max_seq_len=16)
+    args.init_seed = 7
+    return args
+
+
+def _reference(kind: str, grouped: bool) -> dict[str, torch.Tensor]:
+    return {n: p.detach() for n, p in Transformer(_args(kind, grouped)).named_parameters()}
+
+
+def _build_on_meta(kind: str, grouped: bool) -> Transformer:
+    with torch.device("meta"):
+        return Transformer(_args(kind, grouped))
+
+
+def _init(model: Transformer) -> Transformer:
+    model.to_empty(device="cpu")
+    with torch.no_grad():
+        model.init_weights()
+    return model
+
+
+def _assert_same(model: Transformer, ref: dict[str, torch.Tensor], tag: str) -> None:
+    assert any(True for _ in model.parameters()), tag
+    for name, p in model.named_parameters():
+        full = p.full_tensor() if isinstance(p, DTensor) else p
+        assert torch.equal(full.detach(), ref[name]), f"{tag}: {name} differs from the single-process init"
+
+
+def _layouts_body(rank: int, world_size: int) -> None:
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("fsdp", "tp"))
+    for kind, grouped, scheme, tile in FSDP_TP_CASES:
+        seeded_init.TILE = tile
+        model = apply_tp(_build_on_meta(kind, grouped), mesh["tp"], scheme=scheme)
+        # the trainer's FSDP wrapping and placements (batched up-projections sharded on r)
+        apply_fsdp(model, mesh["fsdp"], param_dtype=torch.float32, reduce_dtype=torch.float32, pp_enabled=False)
+        _assert_same(_init(model), _reference(kind, grouped), f"fsdp2 x tp2 {kind}/{scheme}/tile {tile}")
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "tp"))
+    stage = mesh["pp"].get_local_rank()
+    for kind, grouped, scheme, tile in PP_TP_CASES:
+        seeded_init.TILE = tile
+        model = _build_on_meta(kind, grouped)
+        # a pipeline split at the block boundary, as torchtitan's: stage 0 keeps the embedding and
+        # block 0, stage 1 block 1, the final norm and the head
+        del model.layers[str(1 - stage)]
+        if stage == 0:
+            model.norm, model.output = None, None
+        else:
+            model.tok_embeddings = None
+        apply_tp(model, mesh["tp"], scheme=scheme)
+        _assert_same(_init(model), _reference(kind, grouped), f"pp2 x tp2 stage {stage} {kind}/{scheme}/tile {tile}")
+    dist.barrier()
+
+
+@pytest.mark.slow
+def test_fsdp_x_tp_and_pp_x_tp_init_equal_single_process():
+    run_distributed(_layouts_body, 4)
+
+
+def test_a_region_is_the_same_values_as_the_whole_part():
+    part = SeededPart("layers.0.attention.q.A", (300, 520), 0.5)
+    whole = draw_region(part, 3, [slice(0, 300), slice(0, 520)])
+    region = [slice(37, 290), slice(255, 513)]  # crosses tile edges on both dims
+    assert torch.equal(draw_region(part, 3, region), whole[37:290, 255:513])
+    # distinct tiles and distinct names draw distinct values
+    assert not torch.equal(whole[:256, :256], whole[:256, 256:512])
+    other = draw_region(SeededPart("layers.0.attention.k.A", (300, 520), 0.5), 3, [slice(0, 300), slice(0, 520)])
+    assert not torch.equal(whole, other)
+    assert abs(whole.std().item() - 0.5) < 0.01

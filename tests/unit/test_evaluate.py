@@ -1,0 +1,90 @@
+"""Perplexity and bits per byte (``boost.evaluate``) against the trainer's own data path.
+
+The windows are torchtitan's validation windows (compared with its dataset itself), the loss is
+plain cross-entropy over them, the byte count is the text's own UTF-8 length, and the CLI prints
+the number the library computes. The tp=2 equality is in ``test_generate.py`` (one spawn for both).
+"""
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from boost.evaluate import main, packed_windows, score, token_byte_lengths
+from boost.model import ModelArgs, Transformer
+from boost.trained_run import load_run, load_tokenizer
+from tests.trained_runs import make_run, offline_tokenizer_dir
+
+DOCS = [
+    "import os\n\nprint(os.getcwd())\n",
+    "def área(r):\n    return 3.14159 * r * r  # π r²\n" * 5,
+    "class Point:\n    def __init__(self, x, y):\n        self.x, self.y = x, y\n" * 4,
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return load_tokenizer(offline_tokenizer_dir())
+
+
+def _documents(tokenizer):
+    return [tokenizer.encode(d) + [tokenizer.eos_id] for d in DOCS]
+
+
+def test_windows_are_torchtitans_validation_windows(tokenizer, tmp_path):
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+    from torchtitan.hf_datasets.text_datasets import HuggingFaceTextDataset
+
+    import torchtitan_ext.data.text_datasets  # noqa: F401  registers the "local" dataset
+
+    data = tmp_path / "docs.jsonl"
+    data.write_text("".join(f'{{"text": {__import__("json").dumps(d)}}}\n' for d in DOCS))
+    theirs = HuggingFaceTextDataset("local", str(data), HuggingFaceTokenizer(str(tokenizer.folder)), seq_len=16)
+    theirs_windows = [torch.cat([x["input"], y[-1:]]).tolist() for x, y in theirs]
+    ours = list(packed_windows(_documents(tokenizer), 16))
+    assert len(ours) > 3 and ours == theirs_windows
+
+
+def test_score_is_cross_entropy_and_bytes_are_the_texts(tokenizer):
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs.from_flavour("debug", vocab_size=tokenizer.vocab_size, n_layers=2)).eval()
+    lengths = token_byte_lengths(tokenizer)
+    one_doc = tokenizer.encode(DOCS[1])
+    assert int(lengths[torch.tensor(one_doc)].sum()) == len(DOCS[1].encode("utf-8"))  # BOS counts no byte
+    windows = list(packed_windows(_documents(tokenizer), 32))
+    got = score(model, windows, lengths, batch_size=3, progress=False)
+    ids = torch.tensor(windows)
+    with torch.no_grad():
+        loss = F.cross_entropy(model(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten()).item()
+    assert got.tokens == ids[:, 1:].numel()
+    assert math.isclose(got.loss, loss, rel_tol=1e-6) and math.isclose(got.perplexity, math.exp(loss), rel_tol=1e-6)
+    labels_text = tokenizer.decode(ids[:, 1:].flatten().tolist())
+    assert got.bytes == len(labels_text.encode("utf-8"))
+    assert math.isclose(got.bits_per_byte, got.loss * got.tokens / math.log(2) / got.bytes, rel_tol=1e-12)
+    # Batching changes nothing beyond float rounding; a token budget stops at whole windows.
+    assert math.isclose(score(model, windows, lengths, batch_size=1, progress=False).loss, got.loss, rel_tol=1e-5)
+    assert score(model, windows, lengths, max_tokens=70, progress=False).tokens == 64
+
+
+def test_cli_scores_a_local_file(tmp_path, capsys):
+    toml = make_run(tmp_path, "svd")
+    data = tmp_path / "notes.txt"
+    data.write_text("".join(DOCS) * 3)
+    assert main(["--config", str(toml), "--data", str(data), "--seq-len", "32", "--batch-size", "4"]) == 0
+    printed = capsys.readouterr().out
+    run = load_run(toml)
+    eos = [run.tokenizer.eos_id]
+    expected = score(
+        run.model, packed_windows([run.tokenizer.encode(data.read_text()) + eos], 32), token_byte_lengths(run.tokenizer),
+        batch_size=4, progress=False,
+    )  # fmt: skip
+    assert f"perplexity {expected.perplexity:.4f}" in printed and f"bits/byte {expected.bits_per_byte:.6f}" in printed
+    # No --data: the run's held-out split (the trainer's stdlib validation files), here its first two windows.
+    assert main(["--config", str(toml), "--max-tokens", "128", "--batch-size", "2"]) == 0
+    printed = capsys.readouterr().out
+    assert "on stdlib held-out split, seq_len 64" in printed and "(128 tokens," in printed
+    assert main(["--config", str(toml), "--data", str(tmp_path / "nope.txt")]) == 2
+    assert "nope.txt" in capsys.readouterr().err
+    assert main(["--config", str(toml), "--data", str(data), "--seq-len", "0"]) == 2
+    assert "--seq-len 0 must be >= 1" in capsys.readouterr().err

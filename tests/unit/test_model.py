@@ -1,0 +1,107 @@
+"""Single-device model: parameter counts, FLOPs, grouping equivalence, determinism of init."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from boost import FLAVOURS, ModelArgs, Transformer, flops_per_token
+from boost.model.grouped_state import to_grouped, to_ungrouped
+
+KINDS = ("full", "svd", "cola", "lax")
+
+
+def closed_form_params(args: ModelArgs) -> int:
+    d, f, r, l, v = args.dim, args.ffn_dim, args.rank, args.n_layers, args.vocab_size
+    kv = args.kv_heads * args.head_dim
+    if args.n_heads == args.kv_heads:
+        block = 8 * d * r + 3 * r * (d + f) if args.low_rank else 4 * d * d + 3 * d * f
+    else:  # GQA: k and v project to kv < d
+        block = (6 * d * r + 2 * r * kv + 3 * r * (d + f)) if args.low_rank else (2 * d * d + 2 * d * kv + 3 * d * f)
+    return l * (block + 2 * d) + 2 * v * d + d  # + per-layer norms, untied embedding and head, final norm
+
+
+@pytest.mark.parametrize("flavour", list(FLAVOURS))
+@pytest.mark.parametrize("kind", KINDS)
+def test_param_count_matches_closed_form(flavour, kind):
+    args = ModelArgs.from_flavour(flavour, linear=kind, vocab_size=32000)
+    with torch.device("meta"):
+        model = Transformer(args)
+    assert sum(p.numel() for p in model.parameters()) == closed_form_params(args)
+
+
+def test_low_rank_to_dense_linear_ratio_is_about_2_53():
+    for flavour in ("1B", "7B", "13B"):
+        d, _, _, _, f = FLAVOURS[flavour]
+        r = d // 4
+        ratio = (4 * d * d + 3 * d * f) / (8 * d * r + 3 * r * (d + f))
+        assert 2.45 < ratio < 2.6, (flavour, ratio)
+
+
+def test_flops_count_factor_shapes():
+    dense = ModelArgs.from_flavour("7B", linear="full", vocab_size=32000)
+    low = dataclasses.replace(dense, linear="cola")
+    d, f, r, s, l, v = 4096, 11008, 1024, 4096, 32, 32000
+    assert flops_per_token(dense, s) == 6 * (l * (4 * d * d + 3 * d * f) + d * v) + 12 * l * d * s
+    assert flops_per_token(low, s) == 6 * (l * (8 * d * r + 3 * r * (d + f)) + d * v) + 12 * l * d * s
+
+
+@pytest.mark.parametrize("kind", ("svd", "cola", "lax"))
+def test_grouped_and_ungrouped_compute_the_same_function(kind):
+    args = ModelArgs.from_flavour("debug", linear=kind, vocab_size=512, n_layers=2, max_seq_len=32)
+    grouped = Transformer(args).double()
+    flat_args = dataclasses.replace(args, group_linears=False)
+    with torch.device("meta"):
+        flat = Transformer(flat_args)
+    flat_sd = to_ungrouped(grouped.state_dict(), args)
+    flat.load_state_dict(flat_sd, assign=True)
+    flat.rope = grouped.rope.clone()  # a non-persistent buffer: not in the state dict
+    tokens = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(flat.double()(tokens), grouped(tokens), rtol=1e-12, atol=1e-12)
+    # and back: the adapter round trip is exact
+    back = to_grouped(flat.state_dict(), args)
+    assert back.keys() == grouped.state_dict().keys()
+    for name, tensor in grouped.state_dict().items():
+        assert torch.equal(back[name], tensor), name
+
+
+def test_grouped_and_ungrouped_initialise_identically():
+    # Init is seeded per canonical projection name, so grouping does not change the initial model.
+    tokens = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
+    outs = []
+    for grouped in (True, False):
+        torch.manual_seed(3)
+        model = Transformer(ModelArgs.from_flavour("debug", vocab_size=512, n_layers=2, group_linears=grouped))
+        outs.append(model(tokens))
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+
+
+def test_seed_determines_the_model():
+    args = ModelArgs.from_flavour("debug", vocab_size=512, n_layers=1)
+    torch.manual_seed(7)
+    a = Transformer(args).state_dict()
+    torch.manual_seed(7)
+    b = Transformer(args).state_dict()
+    torch.manual_seed(8)
+    c = Transformer(args).state_dict()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert not torch.equal(a["layers.0.attention.wqkv.down.weight"], c["layers.0.attention.wqkv.down.weight"])
+
+
+def test_gqa_bottleneck_batches_only_equal_shapes():
+    model = Transformer(ModelArgs.from_flavour("debug", vocab_size=512, n_layers=1))  # 8 heads, 4 kv heads
+    wqkv = model.layers["0"].attention.wqkv
+    assert [tuple(u.weight.shape) for u in wqkv.up] == [(256, 64), (2, 128, 64)]
+    w13 = model.layers["0"].feed_forward.w13
+    assert [tuple(u.weight.shape) for u in w13.up] == [(2, 704, 64)]
+
+
+def test_bad_shapes_are_refused_with_the_field_named():
+    with pytest.raises(ValueError, match="rank"):
+        ModelArgs.from_flavour("debug", rank=300)
+    with pytest.raises(ValueError, match="n_kv_heads"):
+        ModelArgs.from_flavour("debug", n_kv_heads=3)
+    with pytest.raises(ValueError, match="unknown"):
+        ModelArgs.from_flavour("debug", linear="lora")
+    with pytest.raises(ValueError, match="flavour"):
+        ModelArgs.from_flavour("2B")

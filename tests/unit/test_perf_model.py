@@ -1,0 +1,168 @@
+"""The analytic performance model against the reference paper, and the layout planner.
+
+No timing here: calibration (``calibrate_cpu``, ``fit_a100``) is run by hand, the tests use the
+stored constants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import runpy
+
+import pytest
+
+from boost.comm_volume import per_layer
+from boost.perf_model import (
+    A100,
+    collective_time,
+    model_args,
+    paper_table,
+    predict_step_time,
+)
+from boost.layout_planner import enumerate_layouts, main as plan_main
+
+# Cells the model cannot bring within 15% with one shared set of physical constants (the minimax
+# fit's optimum is ≈17.7%): the vanilla column at 1B/TP1, 3B/TP2 and 13B/TP4xPP2. No single wrong
+# term explains them: the paper's vanilla-minus-BOOST time per layer grows 7B→13B by 0.97× where
+# every term of vanilla's excess (replicated attention and elementwise, d-wide all-reduces) grows
+# with d by ≈1.25×, whatever the constants; see docs/perf_model.md, "Against the paper".
+KNOWN_MISSES = {("1B", "vanilla"), ("3B", "vanilla"), ("13B", "vanilla")}
+
+
+def test_paper_table_within_15_percent():
+    rows = [r for r in paper_table() if "comm" not in r["scheme"]]
+    assert len(rows) == 15
+    misses = {(r["flavour"], r["scheme"]) for r in rows if abs(r["rel_error"]) > 0.15}
+    assert misses <= KNOWN_MISSES, f"new misses: {misses - KNOWN_MISSES}"
+    assert len(misses) <= 3
+    # the misses are near misses, not a different regime
+    assert all(abs(r["rel_error"]) < 0.20 for r in rows)
+
+
+def test_module_entry_point_prints_the_table(capsys):
+    # `python -m boost.perf_model` (README, docs/perf_model.md): header, 15 step-time rows, 3 comm rows
+    runpy.run_module("boost.perf_model", run_name="__main__")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["layout", "scheme", "predicted", "paper", "error"]
+    assert len(lines) == 1 + 15 + 3
+    assert lines[1].split()[:3] == ["1B", "TP1", "megatron"]
+
+
+def test_paper_comm_row_within_15_percent():
+    rows = [r for r in paper_table() if "comm" in r["scheme"]]
+    assert len(rows) == 3
+    for r in rows:
+        assert abs(r["rel_error"]) < 0.15, r
+        assert r["gib"] == pytest.approx(r["reported_gib"], rel=0.06), r
+
+
+@pytest.mark.parametrize("flavour,tp", [("3B", 2), ("7B", 4), ("13B", 4), ("30B", 8)])
+def test_btp_fastest_with_tensor_parallelism(flavour, tp):
+    times = {s: predict_step_time(flavour, s, tp, 1, "a100", micro_batch=4, seq_len=4096)
+             for s in ("btp", "vanilla", "megatron")}
+    assert times["btp"] < times["vanilla"] and times["btp"] < times["megatron"], times
+
+
+def test_collective_time_scales_with_bytes():
+    small = {"all_reduce": (4, 10_000_000)}
+    large = {"all_reduce": (4, 20_000_000)}
+    t_small, t_large = collective_time(small, 4, A100), collective_time(large, 4, A100)
+    # latency is the same, the bandwidth term doubles exactly
+    assert t_large - t_small == pytest.approx(1.5 * 10_000_000 * 2 / A100.bus_bw)
+    assert collective_time(small, 1, A100) == 0.0
+    # ring factors: all-reduce 2(t-1)/t, all-gather (t-1)/t
+    no_latency = dataclasses.replace(A100, latency=0.0)
+    ar = collective_time({"all_reduce": (1, 1 << 20)}, 8, no_latency)
+    ag = collective_time({"all_gather": (1, 1 << 20)}, 8, no_latency)
+    assert ar == pytest.approx(2 * ag)
+
+
+def test_comm_grows_step_time_in_vanilla_more_than_btp():
+    args = model_args("7B", "vanilla")
+    vanilla_fwd = per_layer(args, "vanilla", 4 * 4096)["forward"]
+    btp_fwd = per_layer(model_args("7B", "btp"), "btp", 4 * 4096)["forward"]
+    assert collective_time(vanilla_fwd, 4, A100) > 4 * collective_time(btp_fwd, 4, A100)
+
+
+def test_pipeline_bubble_and_checkpointing_cost():
+    one = predict_step_time("13B", "btp", 4, 2, "a100", 4, 4096, num_microbatches=1)
+    many = predict_step_time("13B", "btp", 4, 2, "a100", 4, 4096, num_microbatches=16)
+    # per micro-batch: (m + p - 1)/m falls from 2 towards 1
+    assert many / 16 < one
+    none = predict_step_time("7B", "btp", 4, 1, "a100", 4, 4096, activation_checkpoint="none")
+    lowrank = predict_step_time("7B", "btp", 4, 1, "a100", 4, 4096, activation_checkpoint="lowrank")
+    full = predict_step_time("7B", "btp", 4, 1, "a100", 4, 4096, activation_checkpoint="full")
+    assert none < lowrank < full  # full AC also repeats the forward collectives
+
+
+def test_unknown_inputs_raise():
+    with pytest.raises(ValueError, match="unknown hardware"):
+        predict_step_time("7B", "btp", 4, 1, "tpu", 4, 4096)
+    with pytest.raises(ValueError, match="unknown tp scheme"):
+        predict_step_time("7B", "zigzag", 4, 1, "a100", 4, 4096)
+    with pytest.raises(ValueError, match="unknown flavour"):
+        predict_step_time("9B", "btp", 4, 1, "a100", 4, 4096)
+
+
+def test_planner_7b_on_16_a100():
+    layouts = enumerate_layouts("7B", 16, "a100")
+    best = layouts[0]
+    assert best.tp * best.pp * best.dp == 16
+    assert best.memory_bytes <= A100.memory_bytes
+    assert best.tp <= 8 and 32 % best.tp == 0
+    assert all(a.tokens_per_s >= b.tokens_per_s for a, b in zip(layouts, layouts[1:]))
+    overrides = best.overrides("cola", best.pp, 4, 4096)
+    assert f"--parallelism.tensor_parallel_degree {best.tp}" in overrides
+    assert f"--parallelism.data_parallel_shard_degree {best.dp}" in overrides
+    assert f"--boost.tp_scheme {best.scheme}" in overrides
+    assert f"--boost.activation_checkpoint {best.ac}" in overrides
+
+
+def test_planner_cli_and_errors(capsys):
+    assert plan_main(["--flavour", "7B", "--gpus", "16", "--hardware", "a100", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "best layout overrides" in out and "--boost.tp_scheme" in out
+    with pytest.raises(ValueError, match="no layout"):
+        enumerate_layouts("30B", 1, "a100")
+    with pytest.raises(ValueError, match="unknown flavour"):
+        enumerate_layouts("9B", 16, "a100")
+    with pytest.raises(ValueError, match="unknown hardware"):
+        enumerate_layouts("7B", 16, "tpu")
+    assert plan_main(["--flavour", "30B", "--gpus", "1"]) == 2
+    assert "no layout" in capsys.readouterr().err
+
+
+def test_planner_refuses_non_positive_sizes_naming_the_argument(capsys):
+    for flag in ("--micro-batch", "--seq-len", "--gpus"):
+        with pytest.raises(SystemExit) as exit_info:
+            plan_main(["--flavour", "7B", "--gpus", "16", flag, "0"])
+        assert exit_info.value.code == 2
+        assert f"argument {flag}: must be at least 1, got 0" in capsys.readouterr().err
+
+
+# (flavour, gpus, linear): a shipped flavour TOML and the planner's layouts for it (their overrides set the kind)
+PLANNED = [("1B", 8, "svd"), ("13B", 32, "lax"), ("30B", 32, "full")]
+
+
+def _accepted(flavour: str, gpus: int, linear: str, overrides: str):
+    from torchtitan_ext.preflight import check_job
+
+    return check_job(["--job.config_file", f"train_configs/{flavour}.toml", *overrides.split()],
+                     world_size=gpus)
+
+
+def test_every_printed_layout_is_accepted_by_validation(capsys):
+    # the printed best layout's overrides, exactly as printed
+    for flavour, gpus, linear in PLANNED:
+        assert plan_main(["--flavour", flavour, "--gpus", str(gpus), "--linear", linear]) == 0
+        printed = capsys.readouterr().out.split("best layout overrides:\n")[1].strip()
+        _accepted(flavour, gpus, linear, printed)
+        if linear == "lax":  # validation refuses LaX under PP, so the planner must not offer it
+            assert all(l.pp == 1 for l in enumerate_layouts(flavour, gpus, "a100", linear=linear))
+    # and every row of the 7B table (btp and vanilla, with and without PP, each AC mode)
+    for layout in enumerate_layouts("7B", 16, "a100", linear="cola")[:10]:
+        job = _accepted("7B", 16, "cola", layout.overrides("cola", max(1, layout.pp), 4, 4096))
+        assert (job.parallelism.tensor_parallel_degree, job.parallelism.pipeline_parallel_degree,
+                job.boost.tp_scheme, job.boost.activation_checkpoint) == (layout.tp, layout.pp, layout.scheme,
+                                                                          layout.ac)
+        assert job.boost.group_linears == (layout.scheme != "vanilla")

@@ -1,0 +1,252 @@
+"""Bad input is refused before any work, with the field, the value and the fix (issues 10 and 14).
+
+Each row of ``CASES`` is also a row of docs/config_errors.md, and the docs' rule table is
+``job_rules.RULES`` rendered (both checked below).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from boost.rules import LINEAR_KINDS
+from torchtitan_ext.preflight import ConfigError, check_job, load_toml
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG = str(ROOT / "train_configs" / "debug.toml")
+
+# (overrides, world size, message fragment)
+CASES = [
+    (["--boost.rank", "300"], 1, "boost.rank = 300: must be below the smallest dim"),
+    (["--boost.rank", "-1"], 1, "boost.rank = -1: must be positive"),
+    (["--boost.rank_ratio", "1.5"], 1, "boost.rank_ratio = 1.5"),
+    (["--boost.linear", "lora"], 1, "boost.linear = 'lora': choose one of"),
+    (["--boost.norm", "layer"], 1, "boost.norm = 'layer': choose one of"),
+    (["--boost.tp_scheme", "ring"], 1, "boost.tp_scheme = 'ring': choose one of"),
+    (["--boost.activation_checkpoint", "selective"], 1, "boost.activation_checkpoint = 'selective'"),
+    (["--parallelism.tensor_parallel_degree", "3", "--parallelism.data_parallel_shard_degree", "1"], 3,
+     "parallelism.tensor_parallel_degree = 3: must divide n_heads = 8"),
+    (["--parallelism.tensor_parallel_degree", "8", "--parallelism.data_parallel_shard_degree", "1"], 8,
+     "parallelism.tensor_parallel_degree = 8: must divide kv_heads = 4"),
+    (["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "2"], 2,
+     "parallelism.data_parallel_shard_degree = 2: tp×pp×dp_replicate×cp×dp_shard = 4 must equal the world size 2"),
+    (["--parallelism.tensor_parallel_degree", "2"], 3, "must divide the world size 3"),
+    (["--parallelism.pipeline_parallel_degree", "8", "--parallelism.data_parallel_shard_degree", "1"], 8,
+     "more stages than the 4 layers"),
+    (["--boost.linear", "lax", "--parallelism.pipeline_parallel_degree", "2"], 2, "lax carries latents"),
+    (["--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_microbatch_size", "2",
+      "--validation.local_batch_size", "3"], 2,
+     "validation.local_batch_size = 3: must split into the pipeline's 4 micro-batches"),
+    (["--boost.linear", "full", "--parallelism.tensor_parallel_degree", "2"], 2, 'uses tp_scheme = "megatron"'),
+    (["--boost.tp_scheme", "megatron", "--parallelism.tensor_parallel_degree", "2"], 2, "megatron is the dense baseline"),
+    (["--boost.tokenizer_vocab_size", "2047", "--parallelism.tensor_parallel_degree", "2"], 2,
+     "boost.tokenizer_vocab_size = 2047: must be divisible by the TP degree 2"),
+    (["--training.dataset", "local", "--training.dataset_path", "/nonexistent/corpus"], 1,
+     "training.dataset_path = '/nonexistent/corpus': does not exist"),
+    (["--training.dataset", "local"], 1, "training.dataset_path"),
+    (["--model.hf_assets_path", "/nonexistent/tokenizer"], 1, "model.hf_assets_path = '/nonexistent/tokenizer': holds no tokenizer.json"),
+    (["--training.seq_len", "1"], 1, "training.seq_len = 1"),
+    (["--training.steps", "0"], 1, "training.steps = 0"),
+    (["--model.flavor", "2B"], 1, "model.flavor = '2B': choose one of"),
+    # Ranges and names torchtitan would only trip over after every rank started (issue 14)
+    (["--checkpoint.interval", "0"], 1, "checkpoint.interval = 0: must be at least 1"),
+    (["--metrics.log_freq", "0"], 1, "metrics.log_freq = 0: must be at least 1"),
+    (["--validation.freq", "0"], 1, "validation.freq = 0: must be at least 1"),
+    (["--optimizer.lr", "-1"], 1, "optimizer.lr = -1.0: must lie in (0, ∞)"),
+    (["--optimizer.name", "Foo"], 1, "optimizer.name = 'Foo': choose one of ('Adam', 'AdamW')"),
+    (["--training.global_batch_size", "10"], 1,
+     "training.global_batch_size = 10: must be -1 or a positive multiple of local_batch_size × data-parallel degree = 8 × 1"),
+    (["--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_microbatch_size", "3"], 2,
+     "parallelism.pipeline_parallel_microbatch_size = 3: must divide training.local_batch_size = 8"),
+    (["--boost.tp_scheme", "vanilla", "--boost.no-group-linears", "--boost.rank", "63",
+      "--parallelism.tensor_parallel_degree", "2"], 2, "boost.rank = 63: must be divisible by the TP degree 2"),
+    ([], 0, "NGPU = 0: must be at least 1"),
+    (["--checkpoint.keep_latest_k", "1"], 1, "checkpoint.keep_latest_k = 1: use 0 to keep every checkpoint, or at least 2"),
+    (["--lr_scheduler.min_lr_factor", "1.5"], 1, "lr_scheduler.min_lr_factor = 1.5: must lie in [0, 1]"),
+    (["--training.dataset", "c5"], 1, "training.dataset = 'c5': unknown dataset"),
+    (["--training.dataset_path", "corpus.jsonl"], 1,
+     "training.dataset_path = 'corpus.jsonl': the stdlib datasets read the interpreter's sources and would ignore it"),
+    (["--experimental.custom_import", "no.such.module"], 1, "experimental.custom_import = 'no.such.module': no such module"),
+    # Feature combinations (issue 10)
+    (["--parallelism.context_parallel_degree", "2"], 2, "parallelism.context_parallel_degree = 2: BOOST's Transformer does not"),
+    (["--activation_checkpoint.mode", "full", "--boost.activation_checkpoint", "lowrank"], 1,
+     "activation_checkpoint.mode = 'full': conflicts with boost.activation_checkpoint = 'lowrank'"),
+    (["--activation_checkpoint.mode", "selective"], 1,
+     "activation_checkpoint.mode = 'selective': BOOST's switch is boost.activation_checkpoint"),
+    (["--boost.no-group-linears", "--parallelism.tensor_parallel_degree", "2"], 2,
+     'boost.norm = \'online\': online RMSNorm rides in the one grouped down-projection that reads the norm; '
+     'ungrouped, several read it: set boost.norm = "sync", or boost.group_linears = true'),
+    (["--boost.tp_scheme", "vanilla", "--parallelism.tensor_parallel_degree", "2"], 2,
+     "boost.group_linears = True: vanilla TP shards the rank dim"),
+    (["--boost.sequence_parallel", "--parallelism.tensor_parallel_degree", "2"], 2,
+     "boost.sequence_parallel = True: only the megatron scheme has a sequence-parallel plan"),
+    # The command line: tyro's usage errors as one line
+    (["--training.steps", "abc"], 1, "command line: Error parsing --training.steps: invalid literal for int()"),
+    (["--training.stepz", "3"], 1, "command line: Unrecognized options: --training.stepz, 3; did you mean --training.steps?"),
+    (["--boost.group_linears", "false"], 1,
+     "'false' follows --boost.group_linears, a flag that takes no value: write --boost.group_linears or "
+     "--boost.no-group-linears"),
+]
+
+# TOML edits of debug.toml ((old text, new text), ...) and the message: types are checked before torchtitan parses.
+TOML_CASES = [
+    ((("steps = 300", 'steps = "abc"'),), "training.steps = 'abc': expected int, got str"),
+    ((("steps = 300", "steps = 4.5"),), "training.steps = 4.5: expected int, got float"),
+    ((("steps = 300", "steps = true"),), "training.steps = True: expected int, got bool"),
+    ((("rank_ratio = 0.25", 'rank_ratio = "0.25"'),), "boost.rank_ratio = '0.25': expected float, got str"),
+    ((("group_linears = true", 'group_linears = "yes"'),), "boost.group_linears = 'yes': expected bool, got str"),
+    ((("# The default job", "boost = 5\n# The default job"), ("[boost]", "[boost_section]")),
+     "boost = 5: [boost] is a section"),
+    ((("[boost]", "[boost.linear]"),), "boost.linear = {"),  # a section where a scalar belongs
+    ((("[training]", "[training]\nstepz = 3"),), "training.stepz: unknown field of [training]; did you mean 'steps'?"),
+    ((("[debug]", "[debugging]"),), "debugging: unknown section"),
+    ((('dtype = "float32"', 'dtype = "float16"'),), "training.dtype = 'float16': expected one of ('bfloat16', 'float32')"),
+    ((('decay_type = "cosine"', 'decay_type = "step"'),),
+     "lr_scheduler.decay_type = 'step': expected one of ('linear', 'sqrt', 'cosine')"),
+    ((('custom_config_module = "torchtitan_ext.config"', ""),),
+     "job.custom_config_module = '': the [boost] section needs it"),
+    ((('custom_config_module = "torchtitan_ext.config"', 'custom_config_module = "no_such_module"'),),
+     "job.custom_config_module = 'no_such_module': cannot be imported"),
+]
+
+
+@pytest.mark.parametrize("overrides,world_size,message", CASES, ids=[" ".join(c[0])[:60] for c in CASES])
+def test_bad_config_is_refused_with_field_and_fix(overrides, world_size, message):
+    with pytest.raises(ConfigError) as err:
+        check_job(["--job.config_file", CONFIG, *overrides], world_size)
+    assert message in str(err.value)
+
+
+@pytest.mark.parametrize("edits,message", TOML_CASES, ids=[c[0][0][1][:40] for c in TOML_CASES])
+def test_toml_values_of_the_wrong_type_are_refused(tmp_path, edits, message):
+    text = Path(CONFIG).read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new, 1)
+    variant = tmp_path / "variant.toml"
+    variant.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        check_job(["--job.config_file", str(variant)], 1)
+    assert message in str(err.value) and str(variant) in str(err.value)
+
+
+def test_torchtitans_own_dataclass_checks_end_in_a_named_refusal(tmp_path):
+    # torchtitan's Validation.__post_init__ asserts "validation steps must be positive or -1", naming no field.
+    variant = tmp_path / "variant.toml"
+    variant.write_text(Path(CONFIG).read_text().replace("steps = 10\n", "steps = 0\n", 1))
+    with pytest.raises(ConfigError, match=r"^validation\.steps = 0: use -1 for the whole validation set"):
+        check_job(["--job.config_file", str(variant)], 1)
+
+
+def test_type_matching_follows_the_annotation():
+    from typing import Literal
+
+    from torchtitan_ext.preflight.config_types import matches
+
+    assert matches(1, float) and not matches(True, int) and not matches(True, float) and not matches(1.0, int)
+    assert matches("a", Literal["a", "b"]) and not matches(1, Literal["1"]) and not matches(True, Literal[1])
+    assert matches(None, int | None) and matches(3, int | None) and not matches("3", int | None)
+    assert matches([["a"]], list[list[str]] | None) and not matches([[1]], list[list[str]]) and matches([], list)
+    assert matches({"a": 1}, dict[str, int]) and not matches({"a": "1"}, dict[str, int])
+
+
+def test_every_field_annotation_is_understood():
+    from dataclasses import is_dataclass
+
+    from torchtitan_ext.preflight.config_types import describe, field_types
+    from torchtitan_ext.torchtitan_private import merged_job_config_class
+
+    def walk(cls):
+        for hint in field_types(cls).values():
+            walk(hint) if is_dataclass(hint) else describe(hint)  # raises TypeError for an unknown kind
+
+    walk(merged_job_config_class(["--job.custom_config_module", "torchtitan_ext.config"], None))
+
+
+def test_toml_only_parse_equals_torchtitans():
+    from dataclasses import asdict
+
+    from torchtitan.config import ConfigManager
+
+    argv = ["--job.config_file", CONFIG]
+    assert asdict(check_job(argv, 1)) == asdict(ConfigManager().parse_args(argv))
+
+
+@pytest.mark.parametrize("content,message", [
+    (b"\x7fELF\x02\x01\x01\x00\x00\x00\xd0\x9e\xff", "not UTF-8 text (byte 12, line 1)"),
+    ("[job]\nx = 1\n".encode("utf-16"), "not UTF-8 text (byte 0, line 1)"),
+    (b"[job]\n\x00\x00\x00\n", "TOML syntax error"),
+])
+def test_toml_that_is_not_toml_names_the_file_and_place(tmp_path, content, message):
+    bad = tmp_path / "binary.toml"
+    bad.write_bytes(content)
+    with pytest.raises(ConfigError) as err:
+        check_job(["--job.config_file", str(bad)], 1)
+    assert message in str(err.value) and str(bad) in str(err.value)
+
+
+def test_docs_list_the_rule_table_and_every_case():
+    from torchtitan_ext.preflight.job_rules import rules_markdown
+
+    docs = (ROOT / "docs" / "config_errors.md").read_text()
+    generated = docs.split("<!-- rules:begin -->\n", 1)[1].split("<!-- rules:end -->", 1)[0]
+    assert generated == rules_markdown(), "regenerate: python -m torchtitan_ext.preflight.job_rules"
+    missing = [message for *_, message in [*CASES, *TOML_CASES] if message not in docs]
+    assert not missing, missing
+
+
+def test_toml_syntax_error_names_the_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[job]\ndump_folder = "x"\n[boost\nlinear = "cola"\n')
+    with pytest.raises(ConfigError, match=r"TOML syntax error.*line 3"):
+        check_job(["--job.config_file", str(bad)], 1)
+
+
+def test_missing_config_file():
+    with pytest.raises(ConfigError, match="job.config_file = '/nope.toml': no such file"):
+        check_job(["--job.config_file", "/nope.toml"], 1)
+
+
+def test_local_norm_warns_that_it_is_not_the_dense_model():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        check_job(["--job.config_file", CONFIG, "--boost.norm", "local", "--parallelism.tensor_parallel_degree", "2",
+                   "--parallelism.data_parallel_shard_degree", "1"], 2)
+    assert any("NOT the dense" in str(w.message) for w in caught)
+
+
+def test_every_shipped_config_is_valid_for_every_linear_kind():
+    from torchtitan_ext.config import linear_kind_overrides
+
+    configs = sorted((ROOT / "train_configs").glob("*.toml"))
+    assert len(configs) == 9  # debug and one per flavour: the linear kind is an override
+    for cfg in configs:
+        values = load_toml(str(cfg))
+        world = values["parallelism"]["tensor_parallel_degree"] * values["parallelism"]["pipeline_parallel_degree"]
+        check_job(["--job.config_file", str(cfg)], world)
+        for kind in LINEAR_KINDS:
+            overrides = linear_kind_overrides(kind, values)
+            job = check_job(["--job.config_file", str(cfg), *overrides], world)
+            assert job.boost.linear == kind
+            # the overrides the TOML's header lists for this kind
+            if kind != values["boost"]["linear"] and cfg.name != "debug.toml":
+                assert " ".join(overrides) in cfg.read_text(), (cfg.name, overrides)
+
+
+def test_run_train_refuses_before_starting_any_process(tmp_path):
+    env = dict(os.environ, PYTHON=sys.executable, NGPU="2")
+    proc = subprocess.run(["./run_train.sh", "--job.dump_folder", str(tmp_path), "--parallelism.tensor_parallel_degree", "3"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert "BOOST config error: parallelism" in proc.stderr
+    assert not any(tmp_path.iterdir())  # nothing written
+    # NGPU = 0 reaches the preflight (before the launcher's arithmetic divides by it): one line, no traceback.
+    proc = subprocess.run(["./run_train.sh", "--job.dump_folder", str(tmp_path)], cwd=ROOT,
+                          env=dict(env, NGPU="0"), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "BOOST config error: NGPU = 0: must be at least 1 (processes on this node)"

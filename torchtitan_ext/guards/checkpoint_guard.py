@@ -1,0 +1,156 @@
+"""The trainer's resume guard: the checkpoint torchtitan loads is the right one, intact, holding this job's model.
+
+torchtitan resumes from the highest ``step-N`` folder under ``job.dump_folder/checkpoint.folder``
+that has a ``.metadata`` file. Before the trainer starts, every rank (read-only, so no coordination
+is needed) picks instead the newest *intact* checkpoint by ``boost.checkpoint_folder``'s rules (the
+folder name, the ``.metadata`` allowlist, the data files, the weights-only items), and the trainer
+pins ``checkpoint.load_step`` to it, so torchtitan loads exactly what was checked. Each skipped
+checkpoint is named with its reason, and nothing is deleted or overwritten. The chosen checkpoint's
+recorded model (``checkpoint_identity.py``) must be the job's: resuming into another model is
+refused, naming each differing field. ``check_resume`` runs all of it in ``run_train.sh``'s
+preflight, before any process starts; ``prepare_resume`` again in each rank of the trainer.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from boost.checkpoint_folder import checkpoint_folders, choose_checkpoint, inspect_checkpoint, read_metadata
+from torchtitan_ext.guards.checkpoint_identity import (
+    describe_differences,
+    identity_differences,
+    planned_model_identity,
+    read_identity,
+)
+from torchtitan_ext.guards.run_lock import check_run_folder_free
+
+
+class CheckpointRefused(SystemExit):
+    """The job must not load the checkpoint it would resume from; the message says why and the ways
+    out. A ``SystemExit``: uncaught, it prints the message alone (no traceback) and ends the process."""
+
+
+def resume_checkpoint(job) -> tuple[Path | None, int | None, list[tuple[int, str]]]:
+    """What the trainer will load: ``(folder, step, skipped newer steps)``.
+
+    ``step`` is set for a checkpoint of this run folder; ``folder`` alone for
+    ``checkpoint.initial_load_path`` (which torchtitan reads only while the run's checkpoint folder
+    does not exist); ``(None, None, [])`` for a fresh start. Raises ``CheckpointRefused`` for a
+    ``load_step`` that is missing or broken, or a folder whose checkpoints are all broken.
+    """
+    ckpt = job.checkpoint
+    if not ckpt.enable or ckpt.create_seed_checkpoint:
+        return None, None, []
+    folder = Path(job.job.dump_folder) / ckpt.folder
+    if ckpt.load_step != -1:
+        path = folder / f"step-{ckpt.load_step}"
+        if not path.is_dir():
+            steps = sorted(checkpoint_folders(folder))
+            fix = (f"the steps saved there are {steps}: pass one of those, or -1 for the newest" if steps
+                   else "it holds no checkpoint: leave checkpoint.load_step at -1 to start from scratch")
+            raise CheckpointRefused(
+                f"BOOST checkpoint error: checkpoint.load_step = {ckpt.load_step}: there is no checkpoint "
+                f"{path.name} in {folder}; {fix}"
+            )
+        reason = inspect_checkpoint(path)
+        if reason is not None:
+            raise CheckpointRefused(f"BOOST checkpoint error: checkpoint.load_step = {ckpt.load_step}: {path}: {reason}")
+        return path, ckpt.load_step, []
+    if not folder.exists():
+        initial = ckpt.initial_load_path
+        return (Path(initial), None, []) if initial and not ckpt.initial_load_in_hf else (None, None, [])
+    step, skipped = choose_checkpoint(folder)
+    if skipped and step is None:
+        raise CheckpointRefused(
+            f"BOOST checkpoint error: no intact checkpoint in {folder} ({len(skipped)} corrupt: step "
+            f"{skipped[0][0]}: {skipped[0][1]}); move them away to start from scratch"
+        )
+    return (folder / f"step-{step}" if step is not None else None), step, skipped
+
+
+def check_model_identity(checkpoint: Path, job) -> bool:
+    """Refuse (``CheckpointRefused``) if ``checkpoint`` holds another model than ``job`` builds.
+
+    Returns ``False`` when the checkpoint records no identity (written before BOOST recorded one):
+    it is accepted, and the caller warns.
+    """
+    try:
+        saved = read_identity(checkpoint)
+    except ValueError as e:
+        raise CheckpointRefused(f"BOOST checkpoint error: {e}") from None
+    if saved is None:
+        return False
+    wanted = planned_model_identity(job)
+    if wanted is None:  # not a BOOST model: nothing to compare with
+        return True
+    differences = identity_differences(saved, wanted)
+    if differences:
+        raise CheckpointRefused("BOOST checkpoint error: " + describe_differences(checkpoint, differences))
+    return True
+
+
+def check_resume(job) -> None:
+    """``run_train.sh``'s preflight: refuse, before any process starts, a run folder held by a live
+    trainer, a missing or broken ``load_step``, and a checkpoint of another model."""
+    check_run_folder_free(job.job.dump_folder)
+    path, _, _ = resume_checkpoint(job)
+    if path is not None:
+        check_model_identity(path, job)
+
+
+def saved_data_parallel_degree(checkpoint: Path) -> int | None:
+    """The data-parallel degree the intact checkpoint's dataloader state was written at (one entry per
+    DP rank); ``None`` if it holds no dataloader state."""
+    keys = read_metadata(checkpoint).state_dict_metadata
+    degree = sum(1 for key in keys if key.startswith("dataloader.dp_rank_"))
+    return degree or None
+
+
+def job_data_parallel_degree(job, world_size: int) -> int:
+    """dp_replicate × dp_shard of ``job`` at ``world_size`` (dp_shard = -1 takes what the others leave)."""
+    par = job.parallelism
+    shard = par.data_parallel_shard_degree
+    if shard == -1:
+        others = (par.tensor_parallel_degree * par.pipeline_parallel_degree * par.context_parallel_degree
+                  * par.data_parallel_replicate_degree)
+        shard = world_size // others
+    return shard * par.data_parallel_replicate_degree
+
+
+def prepare_resume(job, world_size: int) -> None:
+    """In every rank before torchtitan's trainer starts: choose the checkpoint and pin
+    ``checkpoint.load_step`` to it, refuse another model's, and let a new data-parallel degree resume.
+
+    Messages print on rank 0 only; refusals raise ``CheckpointRefused`` on every rank.
+    """
+    rank0 = os.environ.get("RANK", "0") == "0"
+
+    def say(message: str) -> None:
+        if rank0:
+            print(f"BOOST: {message}", file=sys.stderr, flush=True)
+
+    path, step, skipped = resume_checkpoint(job)
+    folder = Path(job.job.dump_folder) / job.checkpoint.folder
+    for bad, reason in skipped:
+        say(f"skipping checkpoint {folder / f'step-{bad}'}: {reason}")
+    if skipped:
+        say(f"resuming from the newest intact checkpoint, step {step}")
+    if step is not None:
+        job.checkpoint.load_step = step  # torchtitan loads exactly what was checked here
+    if path is None:
+        return
+    if not check_model_identity(path, job):
+        say(f"warning: {path} records no model identity (written before BOOST recorded one); resuming "
+            "without checking that it holds the model this job asks for")
+    if step is None or step == 0 or "dataloader" in job.checkpoint.exclude_from_loading:
+        return  # initial loads and the seed checkpoint (step 0) load the model only
+    saved, now = saved_data_parallel_degree(path), job_data_parallel_degree(job, world_size)
+    if saved is not None and saved != now:
+        # torchtitan keeps one data position per DP rank and cannot reshard them (it asserts); model,
+        # optimizer, LR schedule and step reshard through DCP.
+        job.checkpoint.exclude_from_loading = [*job.checkpoint.exclude_from_loading, "dataloader"]
+        say(f"warning: the data-parallel degree changed from {saved} (checkpoint) to {now}: the data position "
+            "cannot be resharded, so every data-parallel rank starts its shard of the data from its beginning "
+            "(model, optimizer, LR schedule and step resume)")

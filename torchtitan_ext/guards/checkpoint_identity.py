@@ -1,0 +1,147 @@
+"""What model a checkpoint holds: ``boost_model.json`` beside the weights, and the comparison with a job.
+
+Every save writes ``<dump>/checkpoint/step-N/boost_model.json`` (rank 0, before DCP writes the
+step's ``.metadata``, so every completed checkpoint has one). One file per step folder, not per run:
+it travels with the folder when it is copied elsewhere (``checkpoint.initial_load_path``), it is
+deleted with it by ``keep_latest_k``, and a run folder whose checkpoints were written by different
+jobs (a seed checkpoint, a resumed run) describes each one truthfully. DCP reads only the files its
+``.metadata`` names, so the extra file is invisible to it.
+
+The identity is every ``ModelArgs`` field that changes what the model computes from its weights
+(kind, rank, grouping, vocabulary, dims, ...), the flavour, and how the pre-norm normalises; the
+parallel layout is *not* part of it: TP/PP/FSDP degrees reshard through DCP. The kind fixes σ and
+the LaX crossing, ``only_lr_act`` the MLP's activation, grouping where the pre-norms live (inside
+their grouped reader, or in the block).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from importlib import metadata
+from pathlib import Path
+
+from boost.model.args import FLAVOURS, ModelArgs
+from boost.rules import norm_is_shard_local
+
+IDENTITY_FILE = "boost_model.json"
+
+# ModelArgs fields that do not change the computation: max_seq_len only sizes the RoPE table (a
+# buffer rebuilt at start, never saved) and init_seed only draws the initial weights.
+_NOT_IDENTITY = {"max_seq_len", "init_seed"}
+
+# Where the user changes a field; the others follow from model.flavor.
+_SET_BY = {
+    "flavor": "model.flavor",
+    "linear": "boost.linear",
+    "rank": "boost.rank / boost.rank_ratio",
+    "group_linears": "boost.group_linears",
+    "rms_norm": "boost.norm",
+    "vocab_size": "vocab_size (the tokenizer)",
+}
+_NOTES = {
+    "vocab_size": "the vocabulary is the tokenizer's: boost.tokenizer_vocab_size, or model.hf_assets_path",
+}
+
+
+def boost_version() -> str:
+    """The installed BOOST distribution's version (recorded with each checkpoint, not compared)."""
+    try:
+        return metadata.version("boost-lowrank")
+    except metadata.PackageNotFoundError:  # a source tree that was never pip-installed
+        return "unknown (not installed)"
+
+
+def rms_norm_identity(job) -> str:
+    """``online`` and ``sync`` compute the exact RMSNorm; ``local`` under BTP normalises each TP shard
+    alone, a different model for each TP degree (so with it, the TP degree is identity)."""
+    tp = job.parallelism.tensor_parallel_degree
+    if norm_is_shard_local(job.boost.norm, job.boost.tp_scheme, tp):
+        return f"shard-local over {tp} tensor-parallel ranks"
+    return "exact"
+
+
+def model_identity(args: ModelArgs, job) -> dict:
+    """The identity of the model ``job`` trains, from its resolved ``ModelArgs`` (as the trainer builds them)."""
+    identity: dict = {"flavor": job.model.flavor}
+    for field in dataclasses.fields(args):
+        if not field.name.startswith("_") and field.name not in _NOT_IDENTITY:
+            identity[field.name] = getattr(args, field.name)
+    identity["n_kv_heads"] = args.kv_heads  # None and n_heads are the same model
+    identity["group_linears"] = args.grouped  # the dense kind is never grouped
+    if not args.low_rank:
+        identity.pop("rank")  # unused by the dense kind
+    identity["rms_norm"] = rms_norm_identity(job)
+    return identity
+
+
+def planned_model_identity(job) -> dict | None:
+    """The identity of the model the trainer will build for ``job`` (``None`` for non-BOOST models).
+
+    Built the way torchtitan does it: the flavour's args, then ``update_from_config`` (which reads
+    the tokenizer's vocabulary).
+    """
+    if job.model.name != "boost_llama" or job.model.flavor not in FLAVOURS:
+        return None
+    from torchtitan_ext.model import JobModelArgs  # reads the tokenizer: only when a checkpoint is checked
+
+    args = JobModelArgs.from_flavour(job.model.flavor)
+    args.update_from_config(job)
+    return model_identity(args, job)
+
+
+def write_identity(checkpoint: Path, identity: dict, step: int) -> None:
+    """Write ``identity`` into the step folder ``checkpoint`` (atomically: a reader never sees half a file)."""
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    record = {"boost_version": boost_version(), "step": step, "model": identity}
+    tmp = checkpoint / f".{IDENTITY_FILE}.tmp"
+    tmp.write_text(json.dumps(record, indent=2) + "\n")
+    os.replace(tmp, checkpoint / IDENTITY_FILE)
+
+
+def read_identity(checkpoint: Path) -> dict | None:
+    """The model identity recorded in ``checkpoint``; ``None`` for a checkpoint that records none."""
+    path = checkpoint / IDENTITY_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())["model"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"{path} is not a BOOST model identity ({type(e).__name__}: {e}); restore it or "
+                         "delete it to resume unchecked") from None
+
+
+def identity_differences(saved: dict, wanted: dict) -> list[tuple[str, object, object]]:
+    """``(field, saved value, wanted value)`` for each field on which the two models differ.
+
+    A field the checkpoint does not record (written before the field existed) counts as its
+    ``ModelArgs`` default, which is what that older code computed with.
+    """
+    defaults = {f.name: f.default for f in dataclasses.fields(ModelArgs)}
+    differences = []
+    for field, value in wanted.items():
+        old = saved.get(field, defaults.get(field, value))
+        if old != value:
+            differences.append((field, old, value))
+    return differences
+
+
+def describe_differences(checkpoint: Path, differences: list[tuple[str, object, object]]) -> str:
+    """The refusal for resuming ``checkpoint`` as another model: each field, both values, the ways out."""
+    width = max(len(_label(field)) for field, _, _ in differences)
+    lines = [f"{checkpoint} holds another model than this job asks for:"]
+    for field, old, new in differences:
+        lines.append(f"  {_label(field):<{width}}  checkpoint: {old!r:<12}  this job: {new!r}")
+    lines += [f"  ({_NOTES[field]})" for field, _, _ in differences if field in _NOTES]
+    lines += [
+        "Resuming would train its weights as a different model. Either ask for the model it holds (the values",
+        "above), or leave this folder alone:",
+        "  --job.dump_folder NEW_FOLDER   train from scratch in another folder",
+        "  --checkpoint.no-enable         train from scratch without loading or saving checkpoints",
+    ]
+    return "\n".join(lines)
+
+
+def _label(field: str) -> str:
+    return _SET_BY.get(field, f"{field} (from model.flavor)")

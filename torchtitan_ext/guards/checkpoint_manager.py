@@ -1,0 +1,66 @@
+"""torchtitan's ``CheckpointManager`` with BOOST's model identity and one rule for checkpoint folders.
+
+Three changes to torchtitan 0.2.2's manager, each in the method that owns the behaviour:
+
+- ``dcp_save``: rank 0 writes ``boost_model.json`` (``checkpoint_identity.py``) into the step folder
+  before DCP writes its ``.metadata``, so every completed checkpoint records the model it holds.
+- ``_find_load_step`` and ``_purge_stale_checkpoints`` use ``boost.checkpoint_folder.checkpoint_step``
+  (folders named exactly ``step-N``). torchtitan's versions ``re.search`` the name, so a backup
+  ``keep-step-500`` was taken for step 500 and deleted by ``keep_latest_k``.
+- ``_save_last_step``: torchtitan's ``save`` returns right after the last step's save, before its
+  purge, so every run that ends on a save kept ``keep_latest_k + 1`` checkpoints (4 with
+  ``keep_latest_k = 3`` after a resume); the purge now follows that save too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch.distributed as dist
+from torchtitan.components.checkpoint import CheckpointManager
+
+from boost.checkpoint_folder import checkpoint_folders, checkpoint_step
+from torchtitan_ext.guards.checkpoint_identity import write_identity
+
+
+class BoostCheckpointManager(CheckpointManager):
+    """``CheckpointManager`` that records ``model_identity`` with every checkpoint (see module docstring).
+
+    Args:
+        model_identity: ``checkpoint_identity.model_identity`` of the trained model; ``None`` records none.
+        *args, **kwargs: torchtitan's ``CheckpointManager`` arguments.
+    """
+
+    def __init__(self, *args: Any, model_identity: dict | None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.model_identity = model_identity
+
+    def dcp_save(self, state_dict, checkpoint_id: str, async_mode, enable_garbage_collection: bool = False,
+                 to_hf: bool = False):
+        path = Path(checkpoint_id)
+        step = checkpoint_step(path.name)
+        # only the run's own step folders (not torchft's per-replica dataloader folders)
+        if self.model_identity is not None and step is not None and path.parent == Path(self.folder) \
+                and dist.get_rank() == 0:
+            write_identity(path, self.model_identity, step)
+        return super().dcp_save(state_dict, checkpoint_id, async_mode, enable_garbage_collection, to_hf)
+
+    def _save_last_step(self, curr_step: int) -> None:
+        super()._save_last_step(curr_step)
+        self._purge_stale_checkpoints()
+
+    def _find_load_step(self, folder: str = "") -> int:
+        found = checkpoint_folders(Path(folder or self.folder))
+        intact = [step for step, path in found.items() if (path / ".metadata").is_file()]
+        return max(intact, default=-1)
+
+    def _purge_stale_checkpoints(self) -> None:
+        if self.keep_latest_k <= 0 or dist.get_rank() != 0:
+            return
+        if self.enable_ft_dataloader_checkpoints and not (self.ft_manager and self.ft_manager.participating_rank() == 0):
+            return
+        steps = sorted(checkpoint_folders(Path(self.folder)).items())
+        for _, path in steps[: -self.keep_latest_k]:
+            self.purge_queue.put(str(path))
+

@@ -1,0 +1,1 @@
+"""torchtitan's parallelize and pipeline functions for BOOST models (the train spec's ``parallelize_fn`` and ``pipelining_fn``)."""

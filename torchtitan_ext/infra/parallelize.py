@@ -1,0 +1,156 @@
+"""torchtitan's parallelize function for BOOST models: TP/BTP -> activation checkpointing -> compile -> FSDP2.
+
+The order and the compile/AC code are torchtitan's (llama3); the tensor-parallel plan is BOOST's, and
+so is one FSDP2 argument: where a batched up-projection is sharded (``shard_placement``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn as nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor, Shard
+from torchtitan.config import TORCH_DTYPE_MAP
+from torchtitan.distributed import ParallelDims
+from torchtitan.distributed.activation_checkpoint import apply_ac
+from torchtitan.models.llama3.infra.parallelize import apply_compile, apply_ddp, disable_fsdp_gradient_division
+from torchtitan.tools.logging import logger
+
+import boost.parallel
+
+
+def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config) -> nn.Module:
+    cfg = job_config.boost
+    if parallel_dims.tp_enabled:
+        boost.parallel.apply_tp(
+            model,
+            parallel_dims.get_mesh("tp"),
+            scheme=cfg.tp_scheme,
+            norm=cfg.norm,
+            loss_parallel=not job_config.parallelism.disable_loss_parallel,
+            sequence_parallel=cfg.sequence_parallel,
+        )
+        logger.info(f"Applied {cfg.tp_scheme} tensor parallelism (degree {parallel_dims.tp}, norm {cfg.norm})")
+
+    compile_model = job_config.compile.enable and "model" in job_config.compile.components
+    # One switch: boost.activation_checkpoint (the preflight refuses torchtitan's own [activation_checkpoint]
+    # mode beside it). "full" is torchtitan's whole-block AC, applied by torchtitan's own code.
+    ac_mode = cfg.activation_checkpoint
+    if ac_mode == "full" and compile_model:
+        boost.parallel.apply_compiled_full_ac(model)  # keeps attention: see boost.parallel.checkpointing
+        logger.info("Applied full activation checkpointing to the model (attention output kept, for torch.compile)")
+    elif ac_mode == "full":
+        ac_config = job_config.activation_checkpoint
+        ac_config.mode = "full"
+        apply_ac(model, ac_config, model_compile_enabled=compile_model, base_folder=job_config.job.dump_folder)
+    elif ac_mode == "lowrank":
+        boost.parallel.apply_lowrank_ac(model, compiled=compile_model)
+        logger.info("Applied low-rank activation checkpointing (%s)", "selective, for torch.compile" if compile_model
+                    else "record and replay")
+
+    if compile_model:
+        apply_compile(model, job_config.compile)
+
+    if parallel_dims.fsdp_enabled:
+        names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
+        apply_fsdp(
+            model,
+            parallel_dims.get_mesh(names),
+            param_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_param],
+            reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
+            pp_enabled=parallel_dims.pp_enabled,
+            cpu_offload=job_config.training.enable_cpu_offload,
+            reshard_after_forward_policy=job_config.parallelism.fsdp_reshard_after_forward,
+        )
+        if torch.distributed.get_backend() == "gloo":
+            # FSDP's divide factor becomes ReduceOp.PREMUL_SUM, which gloo refuses: SUM, then scale.
+            for module in model.modules():
+                if isinstance(module, FSDPModule):
+                    module.set_force_sum_reduction_for_comms(True)
+        logger.info("Applied %s to the model", "HSDP" if parallel_dims.dp_replicate_enabled else "FSDP")
+    elif parallel_dims.dp_replicate_enabled:
+        apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
+    return model
+
+
+def shard_placement(shard_degree: int) -> Callable[[nn.Parameter], Shard | None]:
+    """FSDP2's ``shard_placement_fn`` for BOOST models: the batched up-projections ``[G, d_out, r]``
+    on ``r`` (dim 2), everything else on dim 0 (FSDP2's default).
+
+    FSDP2 shards dim 0 unless told otherwise, and there a batched weight has only ``G`` = 2 or 3
+    members: with ``G`` < the shard degree, the first ranks hold whole members and the rest none
+    (rank 0 held 1.30× its share of the model at 7B on 16, 2.06× at 30B on 32). ``r`` rather than
+    ``d_out``: under BTP, tensor parallelism already shards ``d_out`` (dim 1), and FSDP on the same
+    dim would become a ``_StridedShard`` (an interleaving copy around every all-gather); ``r`` is
+    never split by TP, so each rank holds one plain box ``[G, d_out/t, r/fsdp]``. FSDP2 shards a
+    dim other than 0 only evenly; where ``r`` does not divide, the weight stays on dim 0, and a
+    warning (once per shape) says so: the numerics are the same either way, only the balance differs.
+    """
+    warned: set[tuple[int, ...]] = set()
+
+    def placement(param: nn.Parameter) -> Shard | None:
+        if param.dim() != 3:
+            return None
+        local = param.to_local() if isinstance(param, DTensor) else param
+        if local.size(2) % shard_degree == 0:
+            return Shard(2)
+        if tuple(param.shape) in warned:
+            return None
+        warned.add(tuple(param.shape))
+        logger.warning(
+            f"FSDP: a batched {tuple(param.shape)} weight stays sharded on its {param.shape[0]} members: "
+            f"its rank {local.size(2)} is not divisible by the FSDP degree {shard_degree}, so the first ranks "
+            "hold more than their share of it"
+        )
+        return None
+
+    return placement
+
+
+def apply_fsdp(
+    model: nn.Module,
+    dp_mesh: DeviceMesh,
+    param_dtype: torch.dtype,
+    reduce_dtype: torch.dtype,
+    pp_enabled: bool,
+    cpu_offload: bool = False,
+    reshard_after_forward_policy: str = "default",
+) -> None:
+    """torchtitan 0.2.2's llama3 ``apply_fsdp`` plus ``shard_placement_fn=shard_placement(...)``.
+
+    Copied rather than called: torchtitan builds its ``fully_shard`` arguments inside the function
+    and takes no placement argument. The wrapping units, the mixed-precision / CPU-offload policy,
+    the reshard-after-forward choices and the disabled gradient division are torchtitan's, as is.
+    """
+    shard_degree = dp_mesh.size(dp_mesh.ndim - 1)  # HSDP: (dp_replicate, fsdp); FSDP shards on the last
+    fsdp_config = {
+        "mesh": dp_mesh,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype),
+        "shard_placement_fn": shard_placement(shard_degree),
+    }
+    if cpu_offload:
+        fsdp_config["offload_policy"] = CPUOffloadPolicy()
+    match reshard_after_forward_policy:
+        case "always":
+            reshard_after_forward = True
+        case "never":
+            reshard_after_forward = False
+        case "default":
+            # under PP, no per-microbatch all-gathers (torchtitan's default)
+            reshard_after_forward = not pp_enabled
+        case _:
+            raise ValueError(f"Invalid reshard_after_forward_policy: {reshard_after_forward_policy}.")
+
+    if model.tok_embeddings is not None:
+        fully_shard(model.tok_embeddings, **fsdp_config, reshard_after_forward=reshard_after_forward)
+    for block in model.layers.values():
+        fully_shard(block, **fsdp_config, reshard_after_forward=reshard_after_forward)
+    # the last layers are prefetched right after the forward: torchtitan keeps them unsharded
+    if model.norm is not None and model.output is not None:
+        fully_shard([model.norm, model.output], **fsdp_config,
+                    reshard_after_forward=reshard_after_forward_policy == "always")
+    fully_shard(model, **fsdp_config)
+    disable_fsdp_gradient_division(model)

@@ -1,0 +1,229 @@
+"""torchtitan's ``pipeline_llm`` for BOOST: stages that know their shapes, and the loss normalised per token.
+
+Static shapes. Left to itself, torch 2.13's ``PipelineStage`` learns what crosses a stage boundary at
+the first step: it runs one micro-batch forward and backward and sends the shapes to the neighbours
+(``send/recv_object_list``). BOOST knows them from the config, so each stage is given them
+(``input_args`` / ``output_args`` as meta tensors) and the schedule starts from them:
+
+    stage           input                      output
+    first           token ids  [mb, s]  int64  residual stream
+    middle          residual stream            residual stream
+    last            residual stream            logits [mb, s, V] (a Shard(-1) DTensor under loss-parallel TP)
+
+    residual stream [mb, s, d/t] under BTP (sharded on d), [mb, s/t, d] under Megatron with sequence
+                    parallel, else [mb, s, d]; in the dtype the blocks compute in: FSDP's
+                    ``mixed_precision_param``, or ``training.dtype`` without FSDP (torchtitan runs no
+                    autocast under PP)
+
+Validation runs the same schedule on micro-batches of ``validation.local_batch_size /
+n_microbatches`` × ``validation.seq_len``: the stage holds a second set of shapes for it.
+
+A dry run (``--comm.mode fake_backend``: one process as rank 0 of NGPU, a process group that
+delivers nothing) needs this: no shape message ever arrives there. ``DryRunStage`` covers the two
+other things a stage receives there (torch's start-up vote, the activations and gradients).
+
+torch 2.13 has no public hook for two shape sets per stage, nor for a vote no peer answers; the
+private names used, for an upgrade to check: ``PipelineStage._user_meta`` (built with
+``pipelining._utils._StageMeta`` / ``extract_tensor_metas``, as its constructor does),
+``_prepare_forward_infra`` / ``_prepare_backward_infra`` / ``_warmup_backward_result`` (overridden),
+``args_recv_info`` / ``grad_recv_info`` (the receive buffers), and a schedule's ``_stage`` /
+``_stages`` (torchtitan's ``pipeline_llm`` returns the schedule, not the stages).
+
+Per-token loss. torchtitan 0.2.2's pipeline schedules back-propagate the *summed* cross-entropy of
+each microbatch, while the non-pipelined trainer divides by the step's global token count before
+backward — so gradients under PP are ~tokens× too large (grad_norm ~1000 instead of ~1; torchtitan
+issue #2972) and gradient clipping then distorts the update. Here each microbatch loss is divided by
+the step's global token count inside the schedule, and the recorded losses are multiplied back so
+that the trainer's logging (which divides by that count itself) is unchanged.
+
+The count is the local batch's labels (all valid: BOOST's datasets pack without padding) times the
+data-parallel degree and the gradient-accumulation steps — the trainer's ``global_valid_tokens``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+from torch.distributed.pipelining import PipelineStage
+from torch.distributed.pipelining._utils import _StageMeta, extract_tensor_metas
+from torch.distributed.pipelining.schedules import PipelineScheduleMulti, _PipelineSchedule
+from torch.distributed.tensor import DTensor, Shard
+from torchtitan.components.loss import IGNORE_INDEX, LossFunction
+from torchtitan.config import TORCH_DTYPE_MAP, JobConfig
+from torchtitan.distributed import ParallelDims
+from torchtitan.distributed.pipeline_parallel import build_pipeline_schedule, pipeline_llm
+from torchtitan.protocols.train_spec import BaseModelArgs, ParallelizeFunction
+
+from boost.rules import linear_kind
+
+
+class _PerTokenLoss:
+    def __init__(self, loss_fn):
+        self.loss_fn = loss_fn
+        self.tokens = 1.0
+
+    def __call__(self, pred, labels):
+        return self.loss_fn(pred, labels) / self.tokens
+
+
+class StaticShapeStage(PipelineStage):
+    """A ``PipelineStage`` given its boundary tensors for training and for validation.
+
+    ``training`` / ``validation``: ``(inputs, outputs)`` example tensors (meta device) of one
+    micro-batch. torch keeps one set of static shapes per stage; the schedule re-initialises its
+    stages when it switches between ``step`` and ``eval``, and this stage swaps its set then.
+    """
+
+    def __init__(self, submodule: nn.Module, stage_index: int, num_stages: int, device: torch.device,
+                 training: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]],
+                 validation: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]],
+                 group: dist.ProcessGroup) -> None:
+        inputs, outputs = training
+        last = stage_index == num_stages - 1
+        super().__init__(submodule, stage_index, num_stages, device, input_args=inputs, output_args=outputs,
+                         input_grads=tuple(_grad_of(x) for x in inputs),
+                         # the last stage's logits get no gradient from a next stage: the loss is taken here
+                         output_grads=tuple(None if last else _grad_of(y) for y in outputs),
+                         group=group)
+        self._training_meta = self._user_meta
+        # no backward in validation: torch needs no gradient shapes then, DTensors included
+        self._validation_meta = _StageMeta(inputs=extract_tensor_metas(validation[0]),
+                                           outputs=extract_tensor_metas(validation[1]))
+
+    def _prepare_forward_infra(self, num_microbatches, args, kwargs=None, has_backward=False):
+        self._user_meta = self._training_meta if has_backward else self._validation_meta
+        return super()._prepare_forward_infra(num_microbatches, args, kwargs, has_backward)
+
+
+class DryRunStage(StaticShapeStage):
+    """A ``StaticShapeStage`` on the fake process group of a dry run, where no message ever arrives.
+
+    Two things would come from the neighbours there. torch's start-up vote on whether every stage
+    has static shapes reads as "no" (the received flag stays 0): every stage was built by this code,
+    as this one was, so the answer is "yes". And the received activations and gradients would be
+    whatever memory the buffers were allocated on (a garbage grad_norm, or a NaN that stops the
+    step): they are zeroed once, and nothing overwrites them.
+    """
+
+    def _warmup_backward_result(self, received_result=None):
+        return torch.ones_like(super()._warmup_backward_result(received_result))
+
+    def _prepare_forward_infra(self, num_microbatches, args, kwargs=None, has_backward=False):
+        out = super()._prepare_forward_infra(num_microbatches, args, kwargs, has_backward)
+        _zero_buffers(self.args_recv_info)
+        return out
+
+    def _prepare_backward_infra(self, num_microbatches, *args, **kwargs):
+        out = super()._prepare_backward_infra(num_microbatches, *args, **kwargs)
+        _zero_buffers(self.grad_recv_info)
+        return out
+
+
+@torch.no_grad()
+def _zero_buffers(recv_info: dict) -> None:
+    for infos in recv_info.values():
+        for info in infos:
+            if info.buffer is not None:
+                info.buffer.zero_()
+
+
+def _grad_of(x: torch.Tensor) -> torch.Tensor | None:
+    return torch.empty_like(x, requires_grad=False) if x.requires_grad else None
+
+
+def stage_examples(stage_index: int, num_stages: int, micro_batch: int, seq_len: int, training: bool,
+                   job_config: JobConfig, parallel_dims: ParallelDims, model_args: BaseModelArgs
+                   ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+    """``(inputs, outputs)`` of one stage for one micro-batch, as meta tensors (module docstring's table)."""
+    cfg = job_config.boost
+    tp = parallel_dims.tp if parallel_dims.tp_enabled else 1
+    d, vocab = model_args.dim, model_args.vocab_size
+    if tp > 1 and cfg.tp_scheme == "btp":
+        residual = (micro_batch, seq_len, d // tp)
+    elif tp > 1 and cfg.tp_scheme == "megatron" and cfg.sequence_parallel:
+        residual = (micro_batch, seq_len // tp, d)
+    else:
+        residual = (micro_batch, seq_len, d)
+    dtype = TORCH_DTYPE_MAP[job_config.training.mixed_precision_param if parallel_dims.fsdp_enabled
+                            else job_config.training.dtype]
+    hidden = torch.empty(residual, dtype=dtype, device="meta", requires_grad=training)
+    first, last = stage_index == 0, stage_index == num_stages - 1
+    inputs = torch.empty(micro_batch, seq_len, dtype=torch.int64, device="meta") if first else hidden
+    if not last:
+        return (inputs,), (hidden,)
+    if tp > 1 and not job_config.parallelism.disable_loss_parallel:
+        local = torch.empty(micro_batch, seq_len, vocab // tp, dtype=dtype, device="meta")
+        logits = DTensor.from_local(local, parallel_dims.get_mesh("tp"), [Shard(-1)], run_check=False,
+                                    shape=torch.Size((micro_batch, seq_len, vocab)),
+                                    stride=(seq_len * vocab, vocab, 1))
+    else:
+        logits = torch.empty(micro_batch, seq_len, vocab, dtype=dtype, device="meta")
+    return (inputs,), (logits,)
+
+
+def _microbatch_shapes(job_config: JobConfig) -> tuple[tuple[int, int], tuple[int, int]]:
+    """``(micro-batch, seq)`` of training and of validation: torch splits each batch into the
+    schedule's ``n_microbatches`` (torchtitan's: local batch / pipeline micro-batch size)."""
+    training, validation = job_config.training, job_config.validation
+    micro_batch = job_config.parallelism.pipeline_parallel_microbatch_size
+    n_microbatches = training.local_batch_size // micro_batch
+    if not validation.enable:
+        return (micro_batch, training.seq_len), (micro_batch, training.seq_len)
+    if validation.local_batch_size % n_microbatches:
+        raise ValueError(
+            f"validation.local_batch_size = {validation.local_batch_size} does not split into the pipeline's "
+            f"{n_microbatches} micro-batches (training.local_batch_size / "
+            "parallelism.pipeline_parallel_microbatch_size); choose a multiple"
+        )
+    return (micro_batch, training.seq_len), (validation.local_batch_size // n_microbatches, validation.seq_len)
+
+
+def _schedule_stages(schedule: _PipelineSchedule) -> list[PipelineStage]:
+    return list(schedule._stages) if isinstance(schedule, PipelineScheduleMulti) else [schedule._stage]
+
+
+def pipeline_boost(model: nn.Module, parallel_dims: ParallelDims, job_config: JobConfig, device: torch.device,
+                   model_args: BaseModelArgs, parallelize_fn: ParallelizeFunction, loss_fn: LossFunction
+                   ) -> tuple[_PipelineSchedule, list[nn.Module], bool, bool]:
+    if not linear_kind(model_args.linear).pipelines:  # the preflight refuses it first
+        raise ValueError(
+            "boost.linear = lax carries latents between blocks and cannot be split into pipeline stages; "
+            "use parallelism.pipeline_parallel_degree = 1 or another linear kind"
+        )
+    per_token = _PerTokenLoss(loss_fn)
+    schedule, parts, has_first, has_last = pipeline_llm(
+        model, parallel_dims, job_config, device, model_args, parallelize_fn, per_token
+    )
+    # torchtitan splits, parallelises and schedules the stages; they are rebuilt here with their
+    # shapes (PipelineStage takes them only at construction) and scheduled again, as torchtitan does
+    train_shape, eval_shape = _microbatch_shapes(job_config)
+    stages = []
+    for stage, part in zip(_schedule_stages(schedule), parts, strict=True):
+        index, count = stage.stage_index, stage.num_stages
+        examples = {training: stage_examples(index, count, *shape, training, job_config, parallel_dims, model_args)
+                    for training, shape in ((True, train_shape), (False, eval_shape))}
+        stage_cls = DryRunStage if dist.get_backend(stage.group) == dist.Backend.FAKE else StaticShapeStage
+        stages.append(stage_cls(part, index, count, device, examples[True], examples[False], stage.group))
+    schedule = build_pipeline_schedule(job_config, stages, per_token)
+
+    dp = parallel_dims.get_mesh("batch").size() if parallel_dims.dp_enabled else 1
+    training = job_config.training
+    global_batch = training.global_batch_size if training.global_batch_size > 0 else training.local_batch_size * dp
+    accumulation = global_batch // (training.local_batch_size * dp)
+    step = schedule.step
+
+    @functools.wraps(step)
+    def step_per_token(*args, target=None, losses=None, **kwargs):
+        if target is not None:
+            local = int((target != IGNORE_INDEX).sum())
+            per_token.tokens = float(local * dp * accumulation)
+        out = step(*args, target=target, losses=losses, **kwargs)
+        if losses is not None:
+            losses[:] = [loss * per_token.tokens for loss in losses]
+        return out
+
+    schedule.step = step_per_token
+    return schedule, parts, has_first, has_last

@@ -1,0 +1,5 @@
+"""``python -m torchtitan_ext.preflight --job.config_file X.toml [overrides]``: run_train.sh's check (exit 2 on refusal)."""
+
+from torchtitan_ext.preflight.check import main
+
+main()

@@ -1,0 +1,375 @@
+"""The range and combination rules of a BOOST job: one table, checked in order, rendered into the docs.
+
+Each ``Rule`` names the field it refuses, says in words what must hold (the docs column), and checks
+a :class:`JobContext`; a broken rule ends the check with ``<field> = <value>: <what to change>``.
+Rules run after the type check (``torchtitan_ext.preflight.config_types``), so they may assume well-typed
+values, and in table order, so a rule may assume every rule above it held (the TP-shape rules
+assume a known flavour, the batch rules a consistent mesh).
+
+``python -m torchtitan_ext.preflight.job_rules`` prints the table as it appears in docs/config_errors.md
+(a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from boost import rules
+from boost.model.args import FLAVOURS, ModelArgs
+from boost.rules import AC_MODES, KINDS, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
+
+BOOST_MODEL_NAME = "boost_llama"  # the train spec torchtitan_ext.train_spec registers
+# torchtitan.components.optimizer.build_optimizers knows these two (NotImplementedError otherwise).
+OPTIMIZER_NAMES = ("Adam", "AdamW")
+# A byte-level BPE holds the 256 byte symbols plus BOS and EOS.
+MIN_VOCAB_SIZE = 256 + 2
+
+
+@dataclass
+class JobContext:
+    """A parsed ``JobConfig`` and the world size it will run at, with the quantities rules share."""
+
+    job: Any
+    world_size: int
+
+    def value(self, field: str) -> Any:
+        """The value of a dotted field (``NGPU`` is the world size)."""
+        if field == "NGPU":
+            return self.world_size
+        value = self.job
+        for name in field.split("."):
+            value = getattr(value, name)
+        return value
+
+    @property
+    def boost(self):
+        return self.job.boost
+
+    @property
+    def tp(self) -> int:
+        return self.job.parallelism.tensor_parallel_degree
+
+    @property
+    def pp(self) -> int:
+        return self.job.parallelism.pipeline_parallel_degree
+
+    @property
+    def non_shard_degrees(self) -> int:
+        """tp × pp × dp_replicate × cp: every mesh dimension but dp_shard."""
+        par = self.job.parallelism
+        return self.tp * self.pp * par.data_parallel_replicate_degree * par.context_parallel_degree
+
+    @property
+    def dp(self) -> int:
+        """The data-parallel degree (dp_replicate × dp_shard, -1 resolved): how many different batches a step reads."""
+        par = self.job.parallelism
+        shard = par.data_parallel_shard_degree
+        if shard == -1:
+            shard = self.world_size // self.non_shard_degrees
+        return par.data_parallel_replicate_degree * shard
+
+    @cached_property
+    def model_args(self) -> ModelArgs:
+        return ModelArgs.from_flavour(self.job.model.flavor)
+
+    @property
+    def rank(self) -> int:
+        """The bottleneck rank the model will be built with."""
+        return rules.resolve_rank(self.model_args.dim, self.boost.rank, self.boost.rank_ratio)
+
+
+Check = Callable[[JobContext], "str | None"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the table: ``check`` returns ``None`` when the rule holds, else what to change."""
+
+    field: str
+    requirement: str
+    check: Check
+    shown: Callable[[JobContext], Any] | None = None  # the value to quote, when not the field's own
+
+    def problem(self, ctx: JobContext) -> tuple[Any, str] | None:
+        """``(value, message)`` when the rule is broken, else ``None``."""
+        message = self.check(ctx)
+        if message is None:
+            return None
+        return (self.shown(ctx) if self.shown else ctx.value(self.field)), message
+
+
+# ----------------------------------------------------------------------------- row builders
+
+
+def at_least(field: str, low: int, why: str = "", when: Callable[[JobContext], bool] | None = None) -> Rule:
+    """``field >= low`` (only where ``when`` holds)."""
+    suffix = f" ({why})" if why else ""
+
+    def check(ctx: JobContext) -> str | None:
+        if when is not None and not when(ctx):
+            return None
+        return None if ctx.value(field) >= low else f"must be at least {low}{suffix}"
+
+    condition = f" {when.__doc__}" if when else ""  # the predicate's docstring says when, e.g. "when validation.enable"
+    return Rule(field, f"≥ {low}{condition}{suffix}", check)
+
+
+def within(field: str, low: float, high: float, low_open: bool = False, high_open: bool = False) -> Rule:
+    """``low <= field <= high`` (open ends where asked), and finite."""
+    left, right = "(" if low_open else "[", ")" if high_open else "]"
+    interval = f"{left}{low}, {high if math.isfinite(high) else '∞'}{right}"
+
+    def check(ctx: JobContext) -> str | None:
+        v = ctx.value(field)
+        inside = (v > low if low_open else v >= low) and (v < high if high_open else v <= high)
+        return None if inside and not math.isnan(v) else f"must lie in {interval}"
+
+    return Rule(field, f"in {interval}", check)
+
+
+def one_of(field: str, choices: tuple, why: str = "") -> Rule:
+    suffix = f" ({why})" if why else ""
+    return Rule(field, f"one of {', '.join(map(str, choices))}",
+                lambda ctx: None if ctx.value(field) in choices else f"choose one of {choices}{suffix}")
+
+
+# ----------------------------------------------------------------------------- combination checks
+
+
+def _mesh_fills_world(ctx: JobContext) -> str | None:
+    shard = ctx.job.parallelism.data_parallel_shard_degree
+    if shard == -1:
+        return None  # the "parallelism" row checks the product
+    product = ctx.non_shard_degrees * max(shard, 0)
+    if shard >= 1 and product == ctx.world_size:
+        return None
+    return (f"tp×pp×dp_replicate×cp×dp_shard = {product} must equal the world size {ctx.world_size} (NGPU); "
+            "set data_parallel_shard_degree = -1 to fill the rest")
+
+
+def _non_shard_divides_world(ctx: JobContext) -> str | None:
+    if ctx.job.parallelism.data_parallel_shard_degree != -1 or ctx.world_size % ctx.non_shard_degrees == 0:
+        return None
+    return f"must divide the world size {ctx.world_size} (NGPU)"
+
+
+def _global_batch_divides(ctx: JobContext) -> str | None:
+    global_batch, local = ctx.job.training.global_batch_size, ctx.job.training.local_batch_size
+    if global_batch == -1 or (global_batch > 0 and global_batch % (local * ctx.dp) == 0):
+        return None
+    return (f"must be -1 or a positive multiple of local_batch_size × data-parallel degree = {local} × {ctx.dp} "
+            f"= {local * ctx.dp} (torchtitan accumulates gradients over the quotient)")
+
+
+def _microbatch_divides_batch(ctx: JobContext) -> str | None:
+    if ctx.pp == 1 or ctx.job.training.local_batch_size % ctx.job.parallelism.pipeline_parallel_microbatch_size == 0:
+        return None
+    return f"must divide training.local_batch_size = {ctx.job.training.local_batch_size} under pipeline parallelism"
+
+
+def _validation_splits_into_microbatches(ctx: JobContext) -> str | None:
+    # The schedule splits every batch into the same number of micro-batches as training's
+    # (torchtitan_ext.infra.pipeline gives each stage the validation micro-batch's shape too).
+    if ctx.pp == 1 or not ctx.job.validation.enable:
+        return None
+    n = ctx.job.training.local_batch_size // ctx.job.parallelism.pipeline_parallel_microbatch_size
+    if ctx.job.validation.local_batch_size % n == 0:
+        return None
+    return (f"must split into the pipeline's {n} micro-batches (training.local_batch_size / "
+            "parallelism.pipeline_parallel_microbatch_size): choose a multiple of it")
+
+
+def _known_pipeline_schedule(ctx: JobContext) -> str | None:
+    from torch.distributed.pipelining.schedules import get_schedule_class
+
+    if ctx.pp == 1:
+        return None
+    try:
+        get_schedule_class(ctx.job.parallelism.pipeline_parallel_schedule)
+    except ValueError as e:
+        return f"unknown schedule: {e}"
+    return None
+
+
+def _rank_ratio_in_range(ctx: JobContext) -> str | None:
+    b = ctx.boost
+    if not KINDS[b.linear].low_rank or b.rank or 0 < b.rank_ratio < 1:
+        return None
+    return f"must lie in (0, 1); the paper uses {rules.DEFAULT_RANK_RATIO}"
+
+
+def _rank_below_smallest_dim(ctx: JobContext) -> str | None:
+    if not KINDS[ctx.boost.linear].low_rank:
+        return None
+    args = ctx.model_args
+    smallest = min(args.dim, args.kv_heads * args.head_dim)
+    if 0 < ctx.rank < smallest:
+        return None
+    return f"must be below the smallest dim it factors ({smallest}) for flavour {ctx.job.model.flavor}"
+
+
+def _tp_divides_model(ctx: JobContext) -> str | None:
+    if ctx.tp == 1:
+        return None
+    args = ctx.model_args
+    problem = rules.tp_shape_problem(rules.tp_sharded_dims(args.n_heads, args.kv_heads, args.dim, args.ffn_dim), ctx.tp)
+    return None if problem is None else f"{problem} of flavour {ctx.job.model.flavor}"
+
+
+def _vocab_divisible_by_tp(ctx: JobContext) -> str | None:
+    # A tokenizer from model.hf_assets_path has its own size: torchtitan_ext.data.tokenizer checks that one.
+    if ctx.tp == 1 or ctx.job.model.hf_assets_path or ctx.boost.tokenizer_vocab_size % ctx.tp == 0:
+        return None
+    return f"must be divisible by the TP degree {ctx.tp}"
+
+
+def _one_activation_checkpoint_switch(ctx: JobContext) -> str | None:
+    torchtitan_mode, boost_mode = ctx.job.activation_checkpoint.mode, ctx.boost.activation_checkpoint
+    if torchtitan_mode == "none":
+        return None
+    if boost_mode not in ("none", torchtitan_mode):
+        return (f"conflicts with boost.activation_checkpoint = {boost_mode!r}: BOOST has one switch; "
+                'set [activation_checkpoint] mode = "none" and keep boost.activation_checkpoint')
+    return ('BOOST\'s switch is boost.activation_checkpoint (none | full | lowrank): set [activation_checkpoint] '
+            'mode = "none" (torchtitan\'s default is "selective") and use boost.activation_checkpoint')
+
+
+def _validation_applies(ctx: JobContext) -> bool:
+    """when validation.enable"""
+    return ctx.job.validation.enable
+
+
+def _profiling_applies(ctx: JobContext) -> bool:
+    """when profiling.enable_profiling"""
+    return ctx.job.profiling.enable_profiling
+
+
+# ----------------------------------------------------------------------------- the table
+
+RULES: tuple[Rule, ...] = (
+    # The job
+    one_of("model.name", (BOOST_MODEL_NAME,), "this launcher trains BOOST's model"),
+    one_of("model.flavor", tuple(FLAVOURS)),
+    one_of("boost.linear", LINEAR_KINDS),
+    one_of("boost.norm", NORM_MODES),
+    one_of("boost.tp_scheme", TP_SCHEMES),
+    one_of("boost.activation_checkpoint", AC_MODES),
+    Rule("activation_checkpoint.mode", '"none"; BOOST\'s one switch is boost.activation_checkpoint',
+         _one_activation_checkpoint_switch),
+    Rule("boost.tokenizer_vocab_size", f"≥ {MIN_VOCAB_SIZE} (256 bytes + BOS + EOS)",
+         lambda c: None if c.boost.tokenizer_vocab_size >= MIN_VOCAB_SIZE
+         else f"a byte-level BPE needs at least {MIN_VOCAB_SIZE} tokens"),
+    Rule("boost.rank", "≥ 0 (0: use rank_ratio)",
+         lambda c: None if c.boost.rank >= 0 else "must be positive (or 0 to use boost.rank_ratio)"),
+    Rule("boost.rank_ratio", "in (0, 1) when boost.rank = 0", _rank_ratio_in_range),
+    Rule("boost.rank", "resolved rank in (0, smallest factored dim)", _rank_below_smallest_dim, shown=lambda c: c.rank),
+    # Processes and the device mesh
+    at_least("NGPU", 1, "processes on this node"),
+    at_least("parallelism.tensor_parallel_degree", 1),
+    at_least("parallelism.pipeline_parallel_degree", 1),
+    at_least("parallelism.data_parallel_replicate_degree", 1),
+    Rule("parallelism.context_parallel_degree", "1 (CP × BTP is not implemented)",
+         lambda c: None if c.job.parallelism.context_parallel_degree == 1 else
+         "BOOST's Transformer does not take torchtitan's context-parallel positions (CP × BTP is not "
+         "implemented): use 1"),
+    Rule("parallelism.expert_parallel_degree", "1 (BOOST models have no experts)",
+         lambda c: None if c.job.parallelism.expert_parallel_degree == 1 else "BOOST models have no experts: use 1"),
+    Rule("parallelism.data_parallel_shard_degree", "-1, or tp×pp×dp_replicate×cp×dp_shard = NGPU", _mesh_fills_world),
+    Rule("parallelism", "tp×pp×dp_replicate×cp divides NGPU when dp_shard = -1", _non_shard_divides_world,
+         shown=lambda c: f"tp×pp×dp_replicate×cp = {c.non_shard_degrees}"),
+    # Tensor parallelism
+    Rule("boost.tp_scheme", "megatron for linear = full, btp or vanilla otherwise (TP > 1)",
+         lambda c: rules.tp_scheme_problem(c.boost.linear, c.boost.tp_scheme, c.tp)),
+    Rule("parallelism.tensor_parallel_degree", "divides n_heads, kv_heads, dim, ffn_dim of the flavour",
+         _tp_divides_model),
+    Rule("boost.tokenizer_vocab_size", "divisible by the TP degree", _vocab_divisible_by_tp),
+    Rule("boost.group_linears", "false under tp_scheme = vanilla (TP > 1)",
+         lambda c: rules.grouping_problem(c.boost.tp_scheme, c.boost.group_linears, c.tp)),
+    Rule("boost.rank", "divisible by the TP degree under tp_scheme = vanilla",
+         lambda c: rules.vanilla_rank_problem(c.boost.tp_scheme, c.rank, c.tp), shown=lambda c: c.rank),
+    Rule("boost.norm", '"sync" or "local" when btp runs ungrouped (TP > 1)',
+         lambda c: rules.online_norm_problem(c.boost.linear, c.boost.tp_scheme, c.boost.norm, c.boost.group_linears,
+                                             c.tp)),
+    Rule("boost.sequence_parallel", "megatron only; seq_len divisible by the TP degree",
+         lambda c: rules.sequence_parallel_problem(c.boost.sequence_parallel, c.boost.tp_scheme,
+                                                   c.job.training.seq_len, c.tp)),
+    Rule("boost.activation_checkpoint", '"lowrank" only under tp_scheme = btp with TP > 1',
+         lambda c: rules.activation_checkpoint_problem(c.boost.activation_checkpoint, c.boost.tp_scheme, c.tp)),
+    # Pipeline parallelism
+    Rule("parallelism.pipeline_parallel_degree", "≤ n_layers; 1 for linear = lax",
+         lambda c: rules.pipeline_problem(c.boost.linear, c.pp, c.model_args.n_layers)),
+    at_least("parallelism.pipeline_parallel_microbatch_size", 1),
+    Rule("parallelism.pipeline_parallel_microbatch_size", "divides training.local_batch_size (PP > 1)",
+         _microbatch_divides_batch),
+    Rule("parallelism.pipeline_parallel_schedule", "a schedule torch.distributed.pipelining knows (PP > 1)",
+         _known_pipeline_schedule),
+    Rule("validation.local_batch_size", "a multiple of the pipeline's micro-batch count (PP > 1, validation on)",
+         _validation_splits_into_microbatches),
+    # Training
+    at_least("training.steps", 1),
+    at_least("training.local_batch_size", 1),
+    at_least("training.seq_len", 2, "an input and a label token"),
+    Rule("training.global_batch_size", "-1, or a multiple of local_batch_size × data-parallel degree",
+         _global_batch_divides),
+    within("training.max_norm", 0, math.inf, low_open=True),
+    at_least("training.gc_freq", 1),
+    at_least("training.dataloader.num_workers", 0),
+    # Optimizer and schedule
+    one_of("optimizer.name", OPTIMIZER_NAMES, "torchtitan's build_optimizers"),
+    within("optimizer.lr", 0, math.inf, low_open=True, high_open=True),
+    within("optimizer.eps", 0, math.inf, low_open=True, high_open=True),
+    within("optimizer.beta1", 0, 1, high_open=True),
+    within("optimizer.beta2", 0, 1, high_open=True),
+    within("optimizer.weight_decay", 0, math.inf, high_open=True),
+    at_least("lr_scheduler.warmup_steps", 0),
+    Rule("lr_scheduler.total_steps", "unset (training.steps), or ≥ 1",
+         lambda c: None if c.job.lr_scheduler.total_steps is None or c.job.lr_scheduler.total_steps >= 1
+         else "must be at least 1 (or be left unset: training.steps)"),
+    Rule("lr_scheduler.decay_ratio", "unset, or in [0, 1]",
+         lambda c: None if c.job.lr_scheduler.decay_ratio is None or 0 <= c.job.lr_scheduler.decay_ratio <= 1
+         else "must lie in [0, 1] (or be left unset)"),
+    within("lr_scheduler.min_lr_factor", 0, 1),
+    # Checkpoints, metrics, validation, profiling, communication
+    at_least("checkpoint.interval", 1),
+    Rule("checkpoint.keep_latest_k", "0 (keep all) or ≥ 2",
+         lambda c: None if c.job.checkpoint.keep_latest_k == 0 or c.job.checkpoint.keep_latest_k >= 2 else
+         "use 0 to keep every checkpoint, or at least 2 (the newest may still be being written)"),
+    at_least("checkpoint.load_step", -1, "-1: the newest"),
+    at_least("metrics.log_freq", 1),
+    at_least("validation.freq", 1, when=_validation_applies),
+    Rule("validation.steps", "-1 (the whole set) or ≥ 1 (torchtitan checks it even when validation is off)",
+         lambda c: None if c.job.validation.steps == -1 or c.job.validation.steps >= 1
+         else "use -1 for the whole validation set, or at least 1"),
+    at_least("validation.local_batch_size", 1, when=_validation_applies),
+    at_least("validation.seq_len", 2, when=_validation_applies),
+    at_least("profiling.profile_freq", 1, when=_profiling_applies),
+    at_least("profiling.profiler_active", 1, when=_profiling_applies),
+    at_least("profiling.profiler_warmup", 0, when=_profiling_applies),
+    at_least("comm.init_timeout_seconds", 1),
+    at_least("comm.train_timeout_seconds", 1),
+)
+
+
+def broken_rule(job: Any, world_size: int) -> tuple[Rule, Any, str] | None:
+    """The first rule of ``RULES`` that ``job`` at ``world_size`` breaks, with the value and message."""
+    ctx = JobContext(job, world_size)
+    for rule in RULES:
+        found = rule.problem(ctx)
+        if found is not None:
+            return rule, *found
+    return None
+
+
+def rules_markdown() -> str:
+    """``RULES`` as the markdown table in docs/config_errors.md."""
+    rows = ["| field | must be |", "|---|---|"]
+    rows += [f"| `{rule.field}` | {rule.requirement.replace('|', '/')} |" for rule in RULES]
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":
+    print(rules_markdown(), end="")
