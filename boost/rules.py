@@ -88,6 +88,12 @@ def norm_is_shard_local(norm: str, tp_scheme: str, tp: int) -> bool:
     return norm == "local" and tp_scheme == "btp" and tp > 1
 
 
+def rank_problem(rank: int, dim: int, kv_dim: int) -> str | None:
+    """The rank factors every projection, so it is positive and below the smallest dim it factors."""
+    smallest = min(dim, kv_dim)
+    return None if 0 < rank < smallest else f"must be below the smallest dim it factors ({smallest}) and positive"
+
+
 def groups_linears(tp_scheme: str) -> bool:
     """Whether a scheme runs the grouped down-projections (one GEMM for q/k/v, one for gate/up): every
     scheme but vanilla, which shards the rank dim and would split a grouped factor across members."""

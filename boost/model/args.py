@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from boost.rules import DEFAULT_RANK_RATIO, KINDS, linear_kind, resolve_rank
+from boost.rules import DEFAULT_RANK_RATIO, KINDS, linear_kind, rank_problem, resolve_rank
 
 # DESIGN §1: (dim, n_layers, n_heads, n_kv_heads, ffn_dim); the rank defaults to dim / 4.
 FLAVOURS: dict[str, tuple[int, int, int, int, int]] = {
@@ -100,11 +100,9 @@ class ModelArgs:
             raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
         if self.n_heads % self.kv_heads:
             raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.kv_heads}")
-        if self.low_rank and not 0 < self.rank < min(self.dim, self.kv_heads * self.head_dim):
-            raise ValueError(
-                f"boost.rank = {self.rank} must be positive and smaller than the dims it factors "
-                f"(dim {self.dim}, kv dim {self.kv_heads * self.head_dim}); try boost.rank_ratio = 0.25"
-            )
+        problem = rank_problem(self.rank, self.dim, self.kv_heads * self.head_dim) if self.low_rank else None
+        if problem is not None:
+            raise ValueError(f"boost.rank = {self.rank}: {problem}; try boost.rank_ratio = 0.25")
 
 
 def matmul_params(args: ModelArgs) -> int:

@@ -172,7 +172,7 @@ def _microbatch_shapes(job_config: JobConfig) -> tuple[tuple[int, int], tuple[in
     n_microbatches = training.local_batch_size // micro_batch
     if not validation.enable:
         return (micro_batch, training.seq_len), (micro_batch, training.seq_len)
-    if validation.local_batch_size % n_microbatches:
+    if validation.local_batch_size % n_microbatches:  # the preflight refuses it first (job_rules)
         raise ValueError(
             f"validation.local_batch_size = {validation.local_batch_size} does not split into the pipeline's "
             f"{n_microbatches} micro-batches (training.local_batch_size / "

@@ -206,10 +206,8 @@ def _rank_below_smallest_dim(ctx: JobContext) -> str | None:
     if not KINDS[ctx.boost.linear].low_rank:
         return None
     args = ctx.model_args
-    smallest = min(args.dim, args.kv_heads * args.head_dim)
-    if 0 < ctx.rank < smallest:
-        return None
-    return f"must be below the smallest dim it factors ({smallest}) for flavour {ctx.job.model.flavor}"
+    problem = rules.rank_problem(ctx.rank, args.dim, args.kv_heads * args.head_dim)
+    return None if problem is None else f"{problem} for flavour {ctx.job.model.flavor}"
 
 
 def _tp_divides_model(ctx: JobContext) -> str | None:
