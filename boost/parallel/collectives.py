@@ -89,11 +89,3 @@ def all_reduce_partial(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
     if replayed is not None:
         return replayed
     return recorded(funcol.wait_tensor(funcol.all_reduce(x, "sum", _funcol_group(group))))
-
-
-def all_reduce_partial_coalesced(tensors: list[torch.Tensor], group: TPGroup) -> list[torch.Tensor]:
-    """Sum several local tensors (dtypes may differ where the backend allows) in one collective."""
-    replayed = next_replayed()
-    if replayed is not None:
-        return replayed
-    return recorded([funcol.wait_tensor(t) for t in funcol.all_reduce_coalesced(tensors, "sum", _funcol_group(group))])

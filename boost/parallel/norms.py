@@ -9,9 +9,12 @@ DTensor is rejected by DTensor):
     γ_i   [d/t]      its slice of the norm weight
     A_i   [R, d/t]   down-projection, sharded on its input dim
     s_i   Σ x_i²  (fp32)                                        c_i = sqrt(s_i/(d/t) + ε)
-    fwd   [H | S] = all_reduce([ ((γ_i·x_i)/c_i) A_iᵀ · c_i , s_i ])   one collective, R+1 columns
-          Y = H / sqrt(S/d + ε)                                 = A (γ·x) / RMS(x), exactly
-          (the GEMM in the activation dtype on the well-scaled input; the statistic in fp32)
+    fwd   [H | M] = all_reduce([ ((γ_i·x_i)/c_i) A_iᵀ · c_i , s_i/d ])   one collective, R+1 columns
+          Y = H / sqrt(M + ε)                                   = A (γ·x) / RMS(x), exactly
+          (the GEMM in the activation dtype on the well-scaled input; the statistic accumulated in
+          fp32, sent as the mean square M in the activation dtype beside H: one dtype per collective,
+          as NCCL requires; M keeps the latent's precision, and Y = H/√M takes half M's relative
+          error; a mean, not a sum, stays in fp16's range)
     bwd   no collective: dY is already full (B's input-grad all-reduce made it so), and
           Σ_R dY·Y, the only reduction the chain rule needs, is over the replicated r-dim.
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from boost.parallel.collectives import TPGroup, all_reduce_partial, all_reduce_partial_coalesced
+from boost.parallel.collectives import TPGroup, all_reduce_partial
 from boost.parallel.latent_replay import next_replayed
 
 
@@ -39,7 +42,7 @@ class OnlineRMSNormDown(torch.autograd.Function):
         acc = _stat_dtype(x.dtype)
         replayed = next_replayed()  # low-rank AC's recompute: the kept result, no GEMM, no collective
         if replayed is not None:
-            h, s = replayed if isinstance(replayed, list) else (replayed[..., :-1], replayed[..., -1:])
+            hm = replayed
         else:
             s = x.to(acc).pow(2).sum(-1, keepdim=True)  # (..., 1)
             # The GEMM runs in the activation dtype on a well-scaled input (the shard's own RMS
@@ -47,9 +50,9 @@ class OnlineRMSNormDown(torch.autograd.Function):
             scale = torch.sqrt(s / x.shape[-1] + eps)  # (..., 1), > 0
             xs = (x.to(acc) * gamma.to(acc) / scale).to(x.dtype)
             h = torch.matmul(xs, weight.t()).to(acc) * scale  # (..., R) partial sum
-            h, s = _all_reduce_latent_and_statistic(h, s, x.dtype, group)
-        inv_rms = torch.rsqrt(s / dim + eps)
-        y = (h.to(acc) * inv_rms).to(x.dtype)
+            hm = all_reduce_partial(torch.cat([h, s / dim], dim=-1).to(x.dtype), group)
+        inv_rms = torch.rsqrt(hm[..., -1:].to(acc) + eps)
+        y = (hm[..., :-1].to(acc) * inv_rms).to(x.dtype)
         ctx.save_for_backward(x, gamma, weight, y, inv_rms)
         ctx.dim = dim
         return y
@@ -67,21 +70,6 @@ class OnlineRMSNormDown(torch.autograd.Function):
         dgamma = (g * x.to(acc)).reshape(-1, x.shape[-1]).sum(0)
         dweight = dh_act.reshape(-1, dh.shape[-1]).t() @ (x * gamma).reshape(-1, x.shape[-1])
         return dx.to(x.dtype), dgamma.to(gamma.dtype), dweight.to(weight.dtype), None, None, None
-
-
-def _all_reduce_latent_and_statistic(h, s, act_dtype: torch.dtype, group: TPGroup):
-    """Sum the partial latent ``h`` and the statistic ``s`` over the mesh in one collective.
-
-    Same dtype (fp32/fp64 training): one all-reduce of ``[h | s]``, R+1 columns. bf16/fp16 on
-    CUDA: one coalesced all-reduce of ``h`` in the activation dtype and ``s`` in fp32 (NCCL groups
-    the two into one launch), so the latent travels at 2 bytes like every other BTP collective.
-    gloo refuses mixed dtypes in a coalesced call, so low-precision CPU runs send ``[h | s]`` in fp32.
-    """
-    if act_dtype != s.dtype and h.is_cuda:
-        h, s = all_reduce_partial_coalesced([h.to(act_dtype), s], group)
-        return h, s
-    hs = all_reduce_partial(torch.cat([h, s], dim=-1), group)
-    return hs[..., :-1], hs[..., -1:]
 
 
 class SyncRMSNorm(torch.autograd.Function):
