@@ -31,6 +31,13 @@ scatter/gather  the tensor scattered from / gathered to the root (as every rank 
 ``distribute_tensor`` itself scatters (``Shard``) or broadcasts (``Replicate``) from rank 0: build
 DTensors outside the counter unless that traffic is meant to be counted.
 
+**NCCL's rules, checked on any backend.** Before a collective runs, its tensors are checked against what
+ProcessGroupNCCL refuses or what would be wrong on a GPU: one dtype across a coalesced call, contiguous
+inputs, one device, and (with ``device=``) the parameters' device, never a CPU tensor beside a GPU model.
+A broken rule raises ``NcclRuleError`` at the collective that broke it, so a gloo test fails where an
+NCCL run would. Host syncs (``.item()``, ``bool(t)``, ``.tolist()``: ``aten._local_scalar_dense``) are
+counted in ``host_syncs``: a step that syncs stops the host running ahead of the GPU.
+
 Counts accumulate over every ``with`` block until ``reset()``. A record says whether autograd was
 running a backward pass when the collective was issued. As under torch's ``CommDebugMode``,
 ``torch.compile`` runs eagerly inside this mode: check compiled graphs' collectives with
@@ -59,6 +66,43 @@ from torch.utils._python_dispatch import TorchDispatchMode
 Shape = tuple[int, ...]
 _F, _C = "_c10d_functional", "c10d"
 _NOT_COLLECTIVES = {(_F, "wait_tensor"), (_F, "_wrap_tensor_autograd")}
+_HOST_SYNC = torch.ops.aten._local_scalar_dense.default
+
+
+class NcclRuleError(RuntimeError):
+    """A collective NCCL would refuse (or run wrongly on a GPU), caught on whatever backend ran it."""
+
+
+def _tensors(args) -> list[torch.Tensor]:
+    flat: list[torch.Tensor] = []
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            flat.append(a)
+        elif isinstance(a, (list, tuple)):
+            flat.extend(_tensors(a))
+    return flat
+
+
+def nccl_rule_problem(op: str, tensors: list[torch.Tensor], device: torch.device | None = None) -> str | None:
+    """What NCCL would refuse in a collective over ``tensors``, or ``None``.
+
+    Example::
+
+        >>> nccl_rule_problem("all_reduce_coalesced", [torch.ones(2, dtype=torch.bfloat16), torch.ones(1)])
+        'all_reduce_coalesced: one dtype per call (NCCL: "Tensors must have identical type"), got bfloat16, float32'
+    """
+    dtypes = list(dict.fromkeys(t.dtype for t in tensors))
+    if len(dtypes) > 1:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        return f'{op}: one dtype per call (NCCL: "Tensors must have identical type"), got {names}'
+    if any(not t.is_contiguous() for t in tensors):
+        return f"{op}: a non-contiguous input (NCCL: \"Tensors must be contiguous\")"
+    devices = list(dict.fromkeys(t.device for t in tensors))
+    if len(devices) > 1:
+        return f"{op}: tensors on several devices {devices}"
+    if device is not None and devices and devices[0].type != torch.device(device).type:
+        return f"{op}: a {devices[0].type} tensor where the model lives on {device}"
+    return None
 
 
 def _full(t: torch.Tensor, ranks: int = 1) -> tuple[Shape, torch.dtype]:
@@ -158,10 +202,13 @@ class CollectiveRecord:
 
 
 class CommCounter(TorchDispatchMode):
-    """Counts this rank's collectives by kind: ``counts``, ``bytes``, ``elements``, ``records``."""
+    """Counts this rank's collectives by kind: ``counts``, ``bytes``, ``elements``, ``records``;
+    ``host_syncs``; raises ``NcclRuleError`` on a collective NCCL would refuse (``device``: the
+    parameters' device, if the check should hold the tensors to it)."""
 
-    def __init__(self) -> None:
+    def __init__(self, device: torch.device | str | None = None) -> None:
         super().__init__()
+        self.device = device
         self.reset()
 
     def reset(self) -> None:
@@ -169,6 +216,7 @@ class CommCounter(TorchDispatchMode):
         self.bytes: dict[str, int] = defaultdict(int)
         self.elements: dict[str, int] = defaultdict(int)
         self.records: list[CollectiveRecord] = []
+        self.host_syncs = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -177,7 +225,11 @@ class CommCounter(TorchDispatchMode):
         # Let DTensor desugar first: the collectives it issues come back through this mode.
         if any(issubclass(t, DTensor) for t in types):
             return NotImplemented
-        if func.namespace in (_F, _C) and (key := (func.namespace, func._opname)) not in _NOT_COLLECTIVES:
+        if func is _HOST_SYNC:
+            self.host_syncs += 1
+        elif func.namespace in (_F, _C) and (key := (func.namespace, func._opname)) not in _NOT_COLLECTIVES:
+            if problem := nccl_rule_problem(f"{func.namespace}.{func._opname}", _tensors(args), self.device):
+                raise NcclRuleError(problem)
             self._record(func, *(_SIZES.get(key) or _other(func._opname)), args)
         return func(*args, **kwargs)
 

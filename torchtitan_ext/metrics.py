@@ -1,13 +1,22 @@
-"""torchtitan's metrics processor plus BOOST's communication metrics.
+"""torchtitan's metrics processor plus BOOST's communication metrics and the non-finite guard.
 
-Each training step's collectives are counted by ``boost.comm_counter.CommCounter``, opened at the first
-forward of the step and closed at the optimizer step (so the gradient-norm all-reduce is included).
-A dispatch mode cannot be traced by torch.compile (torchtitan compiles with ``fullgraph=True``), so
-with compile on only the first step is counted, run eagerly (``torch.compiler.set_stance
-("force_eager")``), and its numbers are reported from then on: BTP's collectives are functional
-collectives, the same compiled or eager, and they repeat step to step.
-Tensorboard gets ``boost/comm_bytes_per_step``, ``boost/comm_count_per_step`` and one
-``boost/comm_bytes/<kind>`` per collective kind; the console gets one ``comm/step`` line per log.
+A step's collectives are counted by ``boost.comm_counter.CommCounter``, opened at the first forward of
+the step and closed at the optimizer step (so the gradient-norm all-reduce is included). The counter is
+a dispatch mode that sees every op, so it watches only the steps whose numbers are reported:
+
+- eager: each log step;
+- compiled: one step, the second this process runs, eagerly (``torch.compiler.set_stance
+  ("force_eager")``: a dispatch mode cannot be traced with ``fullgraph=True``), and its numbers are
+  reported from then on. BTP's collectives are functional collectives, the same compiled or eager, and
+  they repeat step to step. The first step is left to compile, before torchtitan lowers the process
+  groups' timeouts after step 1.
+
+The counter also holds every counted collective to NCCL's rules (``boost.comm_counter.NcclRuleError``)
+against the parameters' device, on any backend, and counts the step's host syncs.
+Tensorboard gets ``boost/comm_bytes_per_step``, ``boost/comm_count_per_step``, ``boost/host_syncs_per_step``
+and one ``boost/comm_bytes/<kind>`` per collective kind; the console gets one ``comm/step`` line per log.
+Every checkpoint step is a log step, where the global gradient norm comes to the host anyway: the
+non-finite guard (``torchtitan_ext.guards.nonfinite_guard``) reads it there, before the save.
 """
 
 from __future__ import annotations
@@ -20,15 +29,19 @@ from torchtitan.components.metrics import MetricsProcessor
 from torchtitan.tools.logging import logger
 
 from boost.comm_counter import CommCounter
+from torchtitan_ext.guards.nonfinite_guard import refuse_non_finite
 
 
 class BoostMetricsProcessor(MetricsProcessor):
     def __init__(self, job_config, parallel_dims, tag: str | None = None):
         super().__init__(job_config, parallel_dims, tag)
         self._counter: CommCounter | None = None
-        self._steps_counted = 0
-        self._count_every_step = not job_config.compile.enable
+        self._compiled = job_config.compile.enable
         self._enabled = job_config.boost.log_comm
+        self._checkpoint = job_config.checkpoint
+        self._last_step = job_config.training.steps
+        self._steps_run = 0
+        self._count_this_step = False
         self.last_comm: dict[str, Any] | None = None
 
     # The trainer assigns these after building the model and the optimizers.
@@ -51,15 +64,30 @@ class BoostMetricsProcessor(MetricsProcessor):
         self.__dict__["_optimizers"] = optimizers
         if optimizers is not None and self._enabled:
             for opt in optimizers.optimizers:
-                # before the non-finite guard's hook (torchtitan_ext.guards.nonfinite_guard), so that its
-                # one-element all-reduce is not counted as the model's
                 opt.register_step_pre_hook(self._before_update)
 
+    def should_log(self, step: int) -> bool:
+        # a checkpoint step is a log step: the guard reads its gradient norm before the save
+        ckpt = self._checkpoint
+        saves = ckpt.enable and (step % ckpt.interval == 0 or step == self._last_step)
+        return super().should_log(step) or saves
+
+    def step_begins(self, step: int) -> None:
+        """Called by the trainer before each step: decides whether the counter watches it."""
+        self._steps_run += 1
+        if not self._enabled:
+            return
+        if self._compiled:
+            self._count_this_step = self._steps_run == 2
+        else:
+            self._count_this_step = self.should_log(step)
+
     def _open(self, module, args) -> None:
-        if self._counter is None and (self._count_every_step or self._steps_counted == 0) and module.training:
-            if not self._count_every_step:
+        if self._counter is None and self._count_this_step and module.training:
+            if self._compiled:
                 torch.compiler.set_stance("force_eager")
-            self._counter = CommCounter()
+            device = next(module.parameters()).device
+            self._counter = CommCounter(device=device)
             self._counter.__enter__()
 
     def _before_update(self, optimizer, args, kwargs) -> None:
@@ -69,12 +97,13 @@ class BoostMetricsProcessor(MetricsProcessor):
         if self._counter is not None:
             counter, self._counter = self._counter, None
             counter.__exit__(None, None, None)
-            if not self._count_every_step:
+            if self._compiled:
                 torch.compiler.set_stance("default")
-            self._steps_counted += 1
+            self._count_this_step = False
             self.last_comm = {
                 "bytes": counter.total_bytes(),
                 "count": counter.total_count(),
+                "host_syncs": counter.host_syncs,
                 "by_kind": dict(counter.bytes),
                 "summary": counter.summary(),
             }
@@ -85,11 +114,14 @@ class BoostMetricsProcessor(MetricsProcessor):
         if self.last_comm is not None:
             extra["boost/comm_bytes_per_step"] = self.last_comm["bytes"]
             extra["boost/comm_count_per_step"] = self.last_comm["count"]
+            extra["boost/host_syncs_per_step"] = self.last_comm["host_syncs"]
             for kind, nbytes in self.last_comm["by_kind"].items():
                 extra[f"boost/comm_bytes/{kind}"] = nbytes
         super().log(step, global_avg_loss, global_max_loss, grad_norm, extra_metrics=extra)
         if self.last_comm and self.last_comm["count"]:
-            logger.info(f"comm/step: {self.last_comm['summary']} (rank 0, all collectives of one step)")
+            logger.info(f"comm/step: {self.last_comm['summary']}, host syncs {self.last_comm['host_syncs']} "
+                        "(rank 0, one step from its first forward to the optimizer step)")
+        refuse_non_finite(step, grad_norm)
 
 
 def build_boost_metrics_processor(job_config, parallel_dims, model_args=None, tag: str | None = None):

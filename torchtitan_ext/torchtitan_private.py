@@ -9,6 +9,10 @@ Called here (wrappers, so the rest of BOOST names no private attribute):
 - ``ConfigManager._dict_to_dataclass`` and ``ConfigManager._validate_config``: a TOML with no
   command-line overrides is parsed exactly as ``parse_args`` would (TOML → dataclass, then its
   checks) without building tyro's parser (0.2 s per call, on every rank).
+- ``ParallelDims._global_meshes``: the data-parallel mesh dims at degree 1. ``get_mesh`` refuses a dim
+  of size 1, and BOOST shards with FSDP2 over a degree of 1 so that its mixed-precision policy holds
+  under TP/PP (``torchtitan_ext.infra.parallelize``); the size-1 dims exist, unflattened from the same
+  root as ``tp``, and FSDP2 communicates nothing over a group of one.
 
 Overridden elsewhere, because the behaviour to change has no public hook (named here so that an
 upgrade of torchtitan knows where to look):
@@ -43,3 +47,8 @@ def job_config_from_toml(config_cls: type, toml_values: dict[str, Any], config_f
     job.job.config_file = config_file
     manager._validate_config()
     return job
+
+
+def data_parallel_mesh(parallel_dims, names: list[str]):
+    """The ``names`` dims (``dp_replicate``, ``fsdp``) of torchtitan's dense mesh, whatever their size."""
+    return parallel_dims._global_meshes["dense"][tuple(names)]

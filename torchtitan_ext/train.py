@@ -18,7 +18,6 @@ from boost.process_exit import exit_finished_process
 from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, prepare_resume
 from torchtitan_ext.guards.checkpoint_identity import model_identity
 from torchtitan_ext.guards.checkpoint_manager import BoostCheckpointManager
-from torchtitan_ext.guards.nonfinite_guard import install_nonfinite_guard
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
 
@@ -50,9 +49,6 @@ class BoostTrainer(Trainer):
                 time.sleep(_REFUSAL_GRACE_S)
             raise SystemExit(2) from None
         super().__init__(job_config)
-        # after torchtitan's __init__, which gave the metrics processor its optimizers: the guard's
-        # hook runs after the communication counter's, which then does not count the guard's all-reduce
-        install_nonfinite_guard(self.optimizers)
         self._record_model_identity()
 
     def _record_model_identity(self) -> None:
@@ -74,6 +70,10 @@ class BoostTrainer(Trainer):
             model_identity=model_identity(self.model_args, self.job_config)
             if self.job_config.model.name == "boost_llama" else None,
         )
+
+    def train_step(self, data_iterator) -> None:
+        self.metrics_processor.step_begins(self.step)  # which steps the communication counter watches
+        super().train_step(data_iterator)
 
     def train(self) -> None:
         super().train()

@@ -1,44 +1,25 @@
-"""Stop a run before a NaN/inf update reaches the weights, and so any checkpoint.
+"""Stop a run before a NaN/inf step reaches a checkpoint.
 
-Installed on every optimizer by the trainer (``torchtitan_ext.train``), whatever ``boost.log_comm`` says.
+The check reads the global gradient norm torchtitan already computes (``clip_grad_norm_`` reduces it
+over every parallel dimension, so every rank sees the same value and all stop together) when it is
+brought to the host for logging. It adds no collective and no host sync to any step:
+``torchtitan_ext.metrics`` makes every checkpoint step a log step, so no save happens unchecked.
 """
 
 from __future__ import annotations
 
-import torch
+import math
 
 
 class NonFiniteLossError(RuntimeError):
     pass
 
 
-def refuse_non_finite(optimizer: torch.optim.Optimizer) -> None:
-    """Stop every rank before a NaN/inf update reaches the weights (and so any checkpoint).
-
-    One all-reduce (MAX) of a one-element flag on the device the parameters live on: torchtitan
-    starts an NCCL-only process group on GPUs, where a CPU tensor cannot take part in a collective.
-    """
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-    device = params[0].device if params else torch.device("cpu")
-    bad = torch.zeros((), device=device)
-    for p in params:
-        if p.grad is not None:
-            grad = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-            # on the device, with no host sync per parameter: one .item() below
-            bad = torch.maximum(bad, (~torch.isfinite(grad)).any().to(bad.dtype))
-    if torch.distributed.is_initialized():
-        torch.distributed.all_reduce(bad, op=torch.distributed.ReduceOp.MAX)
-    if bad.item() == 0:
+def refuse_non_finite(step: int, grad_norm: float) -> None:
+    """Raise on every rank if step ``step``'s global gradient norm is NaN or inf."""
+    if math.isfinite(grad_norm):
         return
-    first = optimizer.param_groups[0]["params"][0]
-    done = int(optimizer.state.get(first, {}).get("step", 0))
     raise NonFiniteLossError(
-        f"non-finite loss/gradients at step {done + 1}: stopped before the update; the last checkpoint "
-        "on disk is the last good one (lower optimizer.lr or check the data)"
+        f"non-finite loss/gradients at step {step} (grad norm {grad_norm}): stopped before its checkpoint; "
+        "the last checkpoint on disk is the last good one (lower optimizer.lr or check the data)"
     )
-
-
-def install_nonfinite_guard(optimizers) -> None:
-    """Check every step's gradients before the update (a step pre-hook on each of torchtitan's optimizers)."""
-    for optimizer in optimizers.optimizers:
-        optimizer.register_step_pre_hook(lambda opt, args, kwargs: refuse_non_finite(opt))

@@ -20,6 +20,7 @@ from torchtitan.models.llama3.infra.parallelize import apply_compile, apply_ddp,
 from torchtitan.tools.logging import logger
 
 import boost.parallel
+from torchtitan_ext.torchtitan_private import data_parallel_mesh
 
 
 def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config) -> nn.Module:
@@ -54,11 +55,11 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
     if compile_model:
         apply_compile(model, job_config.compile)
 
-    if parallel_dims.fsdp_enabled:
+    if parallel_dims.fsdp_enabled or fsdp_for_precision(parallel_dims, job_config.training.mixed_precision_param):
         names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
         apply_fsdp(
             model,
-            parallel_dims.get_mesh(names),
+            data_parallel_mesh(parallel_dims, names),
             param_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_param],
             reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
             pp_enabled=parallel_dims.pp_enabled,
@@ -70,10 +71,23 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
             for module in model.modules():
                 if isinstance(module, FSDPModule):
                     module.set_force_sum_reduction_for_comms(True)
-        logger.info("Applied %s to the model", "HSDP" if parallel_dims.dp_replicate_enabled else "FSDP")
+        logger.info("Applied %s to the model%s", "HSDP" if parallel_dims.dp_replicate_enabled else "FSDP",
+                    "" if parallel_dims.fsdp_enabled else
+                    f" over a shard degree of 1, for its mixed precision ({job_config.training.mixed_precision_param} "
+                    f"params, {job_config.training.mixed_precision_reduce} reduce) under TP/PP")
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
     return model
+
+
+def fsdp_for_precision(parallel_dims: ParallelDims, mixed_precision_param: str) -> bool:
+    """Whether FSDP2 must wrap the model at a shard degree of 1 for its mixed-precision policy.
+
+    torchtitan trains TP/PP without FSDP in fp32 whatever ``training.mixed_precision_param`` says
+    (``maybe_enable_amp``: autocast is for one device or DDP). FSDP2 over a group of one casts the
+    parameters as it would at any degree and communicates nothing, so the precision asked for holds.
+    """
+    return (parallel_dims.tp_enabled or parallel_dims.pp_enabled) and mixed_precision_param != "float32"
 
 
 def shard_placement(shard_degree: int) -> Callable[[nn.Parameter], Shard | None]:
