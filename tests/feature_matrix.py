@@ -42,10 +42,12 @@ class Row:
     compiled: bool
     ac: str
     layout: str
+    precision: str = "float32"  # training.mixed_precision_param; the reference is always float32
 
     @property
     def name(self) -> str:
-        return f"{self.scheme}-{'compiled' if self.compiled else 'eager'}-ac_{self.ac}-{self.layout}"
+        name = f"{self.scheme}-{'compiled' if self.compiled else 'eager'}-ac_{self.ac}-{self.layout}"
+        return name if self.precision == "float32" else f"{name}-{self.precision}"
 
     @property
     def reference(self) -> str:
@@ -55,6 +57,8 @@ class Row:
         args = [*MODELS[self.scheme], *LAYOUTS[self.layout][1], "--boost.activation_checkpoint", self.ac]
         if self.compiled:
             args += ["--compile.enable", "--compile.backend", "aot_eager"]
+        if self.precision != "float32":
+            args += ["--training.mixed_precision_param", self.precision]
         return args
 
 
@@ -69,6 +73,10 @@ SUPPORTED: list[Row] = [
     Row("vanilla", False, "full", "pp×tp"),
     Row("megatron", True, "none", "pp×tp"),
     Row("megatron", False, "full", "fsdp×tp"),
+    # bf16 as the shipped configs train (FSDP2's mixed precision, at a shard degree of 1 under plain TP)
+    Row("btp", False, "none", "fsdp×tp", "bfloat16"),
+    Row("megatron", False, "none", "tp", "bfloat16"),
+    Row("vanilla", False, "none", "tp", "bfloat16"),
 ]
 
 # Refused before any process starts: (processes, overrides, a phrase the refusal must contain).

@@ -10,7 +10,7 @@ import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
-from boost.comm_counter import CommCounter
+from boost.comm_counter import CommCounter, NcclRuleError
 from tests.distributed import run_distributed
 
 F32 = torch.float32.itemsize
@@ -222,6 +222,35 @@ def _subgroups_body(rank: int, ws: int) -> None:
     # this dp row's full tensor, gathered over tp: half of g; a Shard(1) gather runs on dim 0 then
     # rearranges, so the gathered buffer has g's elements, not g's row shape
     assert c.records[2].elements == g.numel() // 2 and c.records[2].bytes == _nbytes(shape) // 2
+
+
+def _nccl_rules_body(rank: int, ws: int) -> None:
+    group = dist.group.WORLD
+    h, s = torch.ones(4, 8, dtype=torch.bfloat16), torch.ones(4, 1)
+    # negative control: the online norm's former CUDA call, [latent bf16, statistic fp32] coalesced,
+    # which ProcessGroupNCCL refuses ("Tensors must have identical type"): refused here, on gloo,
+    # before it reaches the backend (no record, both ranks alike)
+    with CommCounter() as c, pytest.raises(NcclRuleError, match="one dtype per call.*bfloat16, float32"):
+        funcol.all_reduce_coalesced([h, s], "sum", group)
+    assert c.records == []
+    with CommCounter(), pytest.raises(NcclRuleError, match="non-contiguous"):
+        dist.all_reduce(torch.ones(4, 6).t())
+    # a CPU tensor in a collective beside a model on the GPU (NCCL takes device tensors only)
+    with CommCounter(device="cuda"), pytest.raises(NcclRuleError, match="a cpu tensor where the model lives on cuda"):
+        dist.all_reduce(torch.ones(3))
+    # what NCCL accepts passes: one dtype (the online norm's [H | M] in bf16), contiguous, one device
+    with CommCounter(device="cpu") as c:
+        funcol.wait_tensor(funcol.all_reduce(torch.cat([h, s.bfloat16()], -1), "sum", group))
+        [funcol.wait_tensor(t) for t in funcol.all_reduce_coalesced([h, h], "sum", group)]
+    assert c.total_count() == 2 and c.host_syncs == 0
+    with c:
+        torch.ones(2).sum().item()
+        bool(torch.ones(()) > 0)
+    assert c.host_syncs == 2
+
+
+def test_nccl_rules_hold_on_gloo_with_a_negative_control():
+    run_distributed(_nccl_rules_body, 2)
 
 
 def test_plain_c10d_and_functional_collectives():
