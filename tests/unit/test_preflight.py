@@ -250,3 +250,29 @@ def test_run_train_refuses_before_starting_any_process(tmp_path):
                           env=dict(env, NGPU="0"), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "BOOST config error: NGPU = 0: must be at least 1 (processes on this node)"
+
+
+def test_run_train_uses_or_refuses_a_config_file_given_as_an_argument(tmp_path):
+    """``--job.config_file X`` (torchtitan's CLI form) is the config run_train.sh runs, never ignored for the default."""
+    env = {k: v for k, v in os.environ.items() if k != "CONFIG_FILE"} | {"PYTHON": sys.executable, "NGPU": "1"}
+    # A config only this file makes invalid: its refusal shows the file is the one read.
+    zero_steps = tmp_path / "zero_steps.toml"
+    zero_steps.write_text((ROOT / "train_configs" / "debug.toml").read_text().replace("steps = 300", "steps = 0"))
+    missing = str(tmp_path / "missing.toml")
+    expected = [
+        ({}, ["--job.config_file", str(zero_steps)], "BOOST config error: training.steps = 0: must be at least 1"),
+        ({}, [f"--job.config-file={missing}"],
+         f"BOOST config error: job.config_file = {missing!r}: no such file; pass an existing TOML (see train_configs/)"),
+        ({"CONFIG_FILE": missing}, [],
+         f"BOOST config error: job.config_file = {missing!r}: no such file; pass an existing TOML (see train_configs/)"),
+        ({"CONFIG_FILE": "train_configs/debug.toml"}, ["--job.config_file", str(zero_steps)],
+         f"BOOST config error: job.config_file = {str(zero_steps)!r}: a second config file, after "
+         f"'train_configs/debug.toml' (CONFIG_FILE, or an earlier --job.config_file); torchtitan reads the first "
+         f"alone: name one, as CONFIG_FILE={zero_steps} or --job.config_file {zero_steps}"),
+    ]
+    for extra_env, args, message in expected:
+        proc = subprocess.run(["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), *args], cwd=ROOT,
+                              env=env | extra_env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr[-2000:])
+        assert proc.stderr.strip().splitlines() == [message]  # one line, before any process started
+    assert not (tmp_path / "out").exists()
