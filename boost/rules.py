@@ -174,6 +174,58 @@ def pipeline_problem(linear: str, pp: int, n_layers: int) -> str | None:
     return None
 
 
+def pipeline_stage_count(multi_stage: bool, pp: int, n_layers: int, layers_per_stage: int | None,
+                         first_stage_less: int, last_stage_less: int) -> int:
+    """The stages torchtitan's ``pipeline_llm`` cuts the model into, over all ranks: one per rank for a
+    single-stage schedule and two for a multi-stage one, unless ``layers_per_stage`` sets the count (the
+    embedding and the head weigh ``first_stage_less`` and ``last_stage_less`` layers)."""
+    if layers_per_stage is None:
+        return pp * (2 if multi_stage else 1)
+    return -(-(n_layers + first_stage_less + last_stage_less) // layers_per_stage)
+
+
+# What each torch.distributed.pipelining schedule's constructor raises on (torch 2.13, schedules.py), by
+# lower-case name: the schedules that need a micro-batch per stage, the interleaved ones that run their
+# micro-batches in equal rounds of n // pp, and the V-shaped ones that hold exactly two stages per rank.
+PIPELINE_MICROBATCH_PER_STAGE = ("1f1b", "dualpipev")
+PIPELINE_MICROBATCH_ROUNDS = ("interleaved1f1b", "interleavedzerobubble")
+PIPELINE_TWO_STAGES_PER_RANK = ("zbvzerobubble", "dualpipev")
+
+
+def pipeline_stages_problem(schedule: str, multi_stage: bool, pp: int, stages: int) -> str | None:
+    """The stages (``pipeline_stage_count``) split evenly over the ranks, as many per rank as the schedule runs."""
+    per_rank, rest = divmod(stages, pp)
+    if rest:
+        return f"gives {stages} stages, which {pp} pipeline ranks cannot split evenly: choose one giving a multiple of {pp}"
+    if not multi_stage and per_rank != 1:
+        return (f"gives {per_rank} stages per rank; schedule {schedule} runs one: leave it unset, "
+                "or choose a multi-stage schedule")
+    if multi_stage and per_rank < 2:
+        return (f"gives 1 stage per rank; schedule {schedule} runs several: lower it (unset gives 2 per rank), "
+                "or choose a single-stage schedule")
+    if schedule.lower() in PIPELINE_TWO_STAGES_PER_RANK and per_rank != 2:
+        return f"gives {per_rank} stages per rank; schedule {schedule} runs exactly 2: leave it unset"
+    return None
+
+
+def pipeline_microbatch_problem(schedule: str, local_batch_size: int, microbatch_size: int, pp: int,
+                                stages: int) -> str | None:
+    """The micro-batch count (``local_batch_size / microbatch_size``) that the schedule accepts over ``stages``."""
+    n = local_batch_size // microbatch_size
+    split = (f"with parallelism.pipeline_parallel_microbatch_size = {microbatch_size} that is {n} "
+             f"micro-batch{'es' if n > 1 else ''}")
+    name = schedule.lower()
+    if name in PIPELINE_MICROBATCH_PER_STAGE and n < stages:
+        smaller = " (or lower the micro-batch size)" if microbatch_size > 1 else ""
+        return (f"{split}, fewer than the {stages} stages of schedule {schedule}, which needs one per stage: "
+                f"raise training.local_batch_size to at least {stages * microbatch_size}{smaller}")
+    rounds = max(1, n // pp)
+    if name in PIPELINE_MICROBATCH_ROUNDS and n % rounds:
+        return (f"{split}, which schedule {schedule} cannot split into n // pp = {rounds} equal rounds: "
+                f"make the micro-batch count a multiple of pp = {pp}, or below {2 * pp}")
+    return None
+
+
 def sequence_parallel_problem(sequence_parallel: bool, tp_scheme: str, seq_len: int, tp: int) -> str | None:
     if not sequence_parallel or tp == 1:
         return None

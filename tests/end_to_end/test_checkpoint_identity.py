@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 
 from tests.trainer import ROOT, SMALL, losses, run_train
+from torchtitan_ext.guards.checkpoint_guard import check_model_identity
+from torchtitan_ext.guards.checkpoint_identity import tokenizer_fingerprint
 
 COMMON = ["--validation.no-enable", "--lr_scheduler.warmup_steps", "2", "--checkpoint.interval", "2",
           "--checkpoint.keep_latest_k", "3"]
@@ -51,6 +53,15 @@ def _preflight(tmp_path: Path, *overrides: str, monkeypatch, dump: Path | None =
     return None
 
 
+def _tokenizer_folder(tmp: Path) -> Path:
+    """The offline BPE folder the trained run used (the shared cache of ``_preflight``)."""
+    from torchtitan_ext.data.tokenizer import boost_tokenizer_dir
+    from torchtitan_ext.preflight import check_job
+
+    return boost_tokenizer_dir(check_job(["--job.config_file", "train_configs/debug.toml", "--boost.cache_dir",
+                                          str(tmp.parent / "boost-cache")], 1))
+
+
 @pytest.mark.slow
 def test_every_checkpoint_records_its_model_and_keep_latest_k_holds(trained):
     tmp, _ = trained
@@ -65,6 +76,7 @@ def test_every_checkpoint_records_its_model_and_keep_latest_k_holds(trained):
             "debug", "cola", 64, 2048, 256)
         assert model["group_linears"] is True and model["rms_norm"] == "exact"
         assert "max_seq_len" not in model and "init_seed" not in model  # not identity
+        assert model["tokenizer"] == tokenizer_fingerprint(_tokenizer_folder(tmp))
 
 
 @pytest.mark.slow
@@ -124,6 +136,42 @@ def test_preflight_names_every_differing_field_and_lets_layout_changes_through(t
     (tmp_path / "out" / "checkpoint" / "step-8" / "boost_model.json").write_text("{truncated")
     damaged = _preflight(tmp_path, monkeypatch=monkeypatch)
     assert "step-8/boost_model.json is not a BOOST model identity" in damaged and "delete it" in damaged
+
+
+@pytest.mark.slow
+def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_warns(trained, tmp_path, monkeypatch):
+    tmp, _ = trained
+    folder = _copy_run(tmp, tmp_path)
+    # The run's tokenizer with two ids swapped: the same 2048 tokens, other ids for two of them.
+    swapped = tmp_path / "swapped_tokenizer"
+    shutil.copytree(_tokenizer_folder(tmp), swapped)
+    spec = json.loads((swapped / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    a, b = list(vocab)[300:302]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (swapped / "tokenizer.json").write_text(json.dumps(spec))
+    refused = _preflight(tmp_path, "--model.hf_assets_path", str(swapped), monkeypatch=monkeypatch)
+    assert f"{folder / 'step-8'} holds another model" in refused, refused
+    assert f"tokenizer (its files)  checkpoint: {tokenizer_fingerprint(_tokenizer_folder(tmp))!r}" in refused
+    assert f"this job: {tokenizer_fingerprint(swapped)!r}" in refused
+    assert "vocab_size (the tokenizer)" not in refused  # the size is the same: the fingerprint alone tells them apart
+    assert "use the tokenizer the checkpoint was trained with" in refused
+    # The same tokenizer from another folder (copied bytes) is the same tokenizer.
+    same = tmp_path / "same_tokenizer"
+    shutil.copytree(_tokenizer_folder(tmp), same)
+    assert _preflight(tmp_path, "--model.hf_assets_path", str(same), monkeypatch=monkeypatch) is None
+    # A checkpoint written before the fingerprint was recorded: accepted, with a warning naming the field.
+    record_path = folder / "step-8" / "boost_model.json"
+    record = json.loads(record_path.read_text())
+    del record["model"]["tokenizer"]
+    record_path.write_text(json.dumps(record))
+    assert _preflight(tmp_path, "--model.hf_assets_path", str(swapped), monkeypatch=monkeypatch) is None
+    from torchtitan_ext.preflight import check_job
+
+    job = check_job(["--job.config_file", "train_configs/debug.toml", "--job.dump_folder", str(tmp_path / "out"),
+                     "--boost.cache_dir", str(tmp.parent / "boost-cache")], 1)
+    warning = check_model_identity(folder / "step-8", job)
+    assert warning.startswith(f"{folder / 'step-8'} records no tokenizer (written before BOOST recorded it)"), warning
 
 
 @pytest.mark.slow

@@ -91,7 +91,7 @@ def mutate(rng: random.Random, values: dict, command_line: bool) -> tuple[str, d
     names = (field, key)  # a rule over several fields may name the leaf inside a product ("tensor_parallel_degree × ...")
     kind = "command_line" if command_line else rng.choice(
         ["drop", "rename", "retype", "retype", "out_of_range", "out_of_range", "out_of_range",
-         "unknown_field", "unknown_section", "swap_sections", "scalar_section", "schema_field"])
+         "unknown_field", "unknown_section", "swap_sections", "scalar_section", "schema_field", "pipeline"])
     if kind == "drop":
         del values[section][key]
     elif kind == "rename":
@@ -121,6 +121,16 @@ def mutate(rng: random.Random, values: dict, command_line: bool) -> tuple[str, d
         section, key, hint = rng.choice(NUMERIC_FIELDS)
         values.setdefault(section, {})[key] = rng.choice(OUT_OF_RANGE[hint])
         names = (f"{section}.{key}", key)
+    elif kind == "pipeline":  # the micro-batch split and the stages a schedule runs (PP configs are 13B, 30B)
+        values["training"]["local_batch_size"] = rng.choice([1, 2, 3, 4, 6, 9, 16])
+        par = values["parallelism"]
+        par["pipeline_parallel_microbatch_size"] = rng.choice([1, 1, 2, 3])
+        par["pipeline_parallel_schedule"] = rng.choice(["1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS",
+                                                        "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"])
+        if rng.random() < 0.3:
+            par["pipeline_parallel_layers_per_stage"] = rng.choice([0, 1, 2, 5, 10, 20])
+        names = ("training.local_batch_size", *(f"parallelism.pipeline_parallel_{name}" for name in
+                                                ("microbatch_size", "schedule", "layers_per_stage")))
     else:  # a malformed command-line override of an existing field
         return kind, values, [f"--{field}", rng.choice(["abc", "4.5", "-1", ""])], (f"--{field}", field, key)
     return kind, values, [], names

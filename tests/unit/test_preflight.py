@@ -42,6 +42,17 @@ CASES = [
     (["--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_microbatch_size", "2",
       "--validation.local_batch_size", "3"], 2,
      "validation.local_batch_size = 3: must split into the pipeline's 4 micro-batches"),
+    (["--parallelism.pipeline_parallel_degree", "2", "--training.local_batch_size", "1"], 2,
+     "training.local_batch_size = 1: with parallelism.pipeline_parallel_microbatch_size = 1 that is 1 micro-batch, "
+     "fewer than the 2 stages of schedule 1F1B, which needs one per stage: raise training.local_batch_size to at least 2"),
+    (["--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
+      "--training.local_batch_size", "9"], 2,
+     "training.local_batch_size = 9: with parallelism.pipeline_parallel_microbatch_size = 1 that is 9 micro-batches, "
+     "which schedule Interleaved1F1B cannot split into n // pp = 4 equal rounds: make the micro-batch count a multiple "
+     "of pp = 2, or below 4"),
+    (["--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_layers_per_stage", "1"], 2,
+     "parallelism.pipeline_parallel_layers_per_stage = 1: gives 3 stages per rank; schedule 1F1B runs one: leave it "
+     "unset, or choose a multi-stage schedule"),
     (["--boost.linear", "full", "--parallelism.tensor_parallel_degree", "2"], 2, 'uses tp_scheme = "megatron"'),
     (["--boost.tp_scheme", "megatron", "--parallelism.tensor_parallel_degree", "2"], 2, "megatron is the dense baseline"),
     (["--boost.tokenizer_vocab_size", "2047", "--parallelism.tensor_parallel_degree", "2"], 2,
@@ -250,3 +261,70 @@ def test_run_train_refuses_before_starting_any_process(tmp_path):
                           env=dict(env, NGPU="0"), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "BOOST config error: NGPU = 0: must be at least 1 (processes on this node)"
+
+
+def test_run_train_uses_or_refuses_a_config_file_given_as_an_argument(tmp_path):
+    """``--job.config_file X`` (torchtitan's CLI form) is the config run_train.sh runs, never ignored for the default."""
+    env = {k: v for k, v in os.environ.items() if k != "CONFIG_FILE"} | {"PYTHON": sys.executable, "NGPU": "1"}
+    # A config only this file makes invalid: its refusal shows the file is the one read.
+    zero_steps = tmp_path / "zero_steps.toml"
+    zero_steps.write_text((ROOT / "train_configs" / "debug.toml").read_text().replace("steps = 300", "steps = 0"))
+    missing = str(tmp_path / "missing.toml")
+    expected = [
+        ({}, ["--job.config_file", str(zero_steps)], "BOOST config error: training.steps = 0: must be at least 1"),
+        ({}, [f"--job.config-file={missing}"],
+         f"BOOST config error: job.config_file = {missing!r}: no such file; pass an existing TOML (see train_configs/)"),
+        ({"CONFIG_FILE": missing}, [],
+         f"BOOST config error: job.config_file = {missing!r}: no such file; pass an existing TOML (see train_configs/)"),
+        ({"CONFIG_FILE": "train_configs/debug.toml"}, ["--job.config_file", str(zero_steps)],
+         f"BOOST config error: job.config_file = {str(zero_steps)!r}: a second config file, after "
+         f"'train_configs/debug.toml' (CONFIG_FILE, or an earlier --job.config_file); torchtitan reads the first "
+         f"alone: name one, as CONFIG_FILE={zero_steps} or --job.config_file {zero_steps}"),
+    ]
+    for extra_env, args, message in expected:
+        proc = subprocess.run(["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), *args], cwd=ROOT,
+                              env=env | extra_env, capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2, (args, proc.stderr[-2000:])
+        assert proc.stderr.strip().splitlines() == [message]  # one line, before any process started
+    assert not (tmp_path / "out").exists()
+
+
+def test_pipeline_rules_accept_exactly_what_torchs_schedules_accept():
+    """boost.rules' stage and micro-batch rules against the real schedule constructors of torch.distributed.pipelining,
+    at pp 2 and 4, 1 to 3 stages per rank and up to 3 micro-batches per stage (fake process group: no communication)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from boost.rules import pipeline_microbatch_problem, pipeline_stages_problem
+
+    disagreements, tried = [], 0
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        for name in ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"):
+            schedule = get_schedule_class(name)
+            multi_stage = issubclass(schedule, PipelineScheduleMulti)
+            for pp in (2, 4):
+                group = dist.new_group(list(range(pp)))
+                for per_rank in (2, 3) if multi_stage else (1,):
+                    stages = pp * per_rank
+                    v_shape = name in ("ZBVZeroBubble", "DualPipeV") and per_rank == 2
+                    rank0_stages = [0, stages - 1] if v_shape else list(range(0, stages, pp))
+                    for n in range(1, 3 * stages + 2):
+                        built = [PipelineStage(torch.nn.Linear(2, 2), i, stages, torch.device("cpu"), group=group)
+                                 for i in rank0_stages]
+                        try:
+                            schedule(built if multi_stage else built[0], n_microbatches=n, loss_fn=lambda y, t: y.sum())
+                            accepted = True
+                        except ValueError:
+                            accepted = False
+                        problem = (pipeline_stages_problem(name, multi_stage, pp, stages)
+                                   or pipeline_microbatch_problem(name, n, 1, pp, stages))
+                        tried += 1
+                        if accepted != (problem is None):
+                            disagreements.append((name, pp, per_rank, n, accepted, problem))
+    finally:
+        dist.destroy_process_group()
+    assert tried > 300 and not disagreements, disagreements

@@ -23,6 +23,7 @@ from torchtitan_ext.guards.checkpoint_identity import (
     identity_differences,
     planned_model_identity,
     read_identity,
+    unrecorded_fields,
 )
 from torchtitan_ext.guards.run_lock import check_run_folder_free
 
@@ -70,25 +71,30 @@ def resume_checkpoint(job) -> tuple[Path | None, int | None, list[tuple[int, str
     return (folder / f"step-{step}" if step is not None else None), step, skipped
 
 
-def check_model_identity(checkpoint: Path, job) -> bool:
+def check_model_identity(checkpoint: Path, job) -> str | None:
     """Refuse (``CheckpointRefused``) if ``checkpoint`` holds another model than ``job`` builds.
 
-    Returns ``False`` when the checkpoint records no identity (written before BOOST recorded one):
-    it is accepted, and the caller warns.
+    Returns a warning when the checkpoint could not be checked in full — it records no identity, or
+    not the tokenizer (written before BOOST recorded them): it is accepted, and the caller warns.
     """
     try:
         saved = read_identity(checkpoint)
     except ValueError as e:
         raise CheckpointRefused(f"BOOST checkpoint error: {e}") from None
     if saved is None:
-        return False
+        return (f"{checkpoint} records no model identity (written before BOOST recorded one); resuming "
+                "without checking that it holds the model this job asks for")
     wanted = planned_model_identity(job)
     if wanted is None:  # not a BOOST model: nothing to compare with
-        return True
+        return None
     differences = identity_differences(saved, wanted)
     if differences:
         raise CheckpointRefused("BOOST checkpoint error: " + describe_differences(checkpoint, differences))
-    return True
+    unrecorded = unrecorded_fields(saved, wanted)
+    if unrecorded:
+        return (f"{checkpoint} records no {', '.join(unrecorded)} (written before BOOST recorded it); resuming "
+                "without checking it: the tokenizer must be the one the checkpoint was trained with")
+    return None
 
 
 def check_resume(job) -> None:
@@ -141,9 +147,9 @@ def prepare_resume(job, world_size: int) -> None:
         job.checkpoint.load_step = step  # torchtitan loads exactly what was checked here
     if path is None:
         return
-    if not check_model_identity(path, job):
-        say(f"warning: {path} records no model identity (written before BOOST recorded one); resuming "
-            "without checking that it holds the model this job asks for")
+    unchecked = check_model_identity(path, job)
+    if unchecked:
+        say(f"warning: {unchecked}")
     if step is None or step == 0 or "dataloader" in job.checkpoint.exclude_from_loading:
         return  # initial loads and the seed checkpoint (step 0) load the model only
     saved, now = saved_data_parallel_degree(path), job_data_parallel_degree(job, world_size)

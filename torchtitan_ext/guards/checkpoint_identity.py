@@ -12,11 +12,18 @@ The identity is every ``ModelArgs`` field that changes what the model computes f
 parallel layout is *not* part of it: TP/PP/FSDP degrees reshard through DCP. The kind fixes σ and
 the LaX crossing, ``only_lr_act`` the MLP's activation, grouping where the pre-norms live (inside
 their grouped reader, or in the block).
+
+The tokenizer is identity too, as a fingerprint of its files' bytes (``tokenizer_fingerprint``):
+two tokenizers of one size map text to different ids, and weights trained on one are garbage under
+the other. A checkpoint written before the fingerprint was recorded is accepted, with a warning
+(``checkpoint_guard.prepare_resume``): its vocabulary size is still compared, and refusing every
+older checkpoint would strand runs whose tokenizer is in fact unchanged.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 from importlib import metadata
@@ -39,10 +46,25 @@ _SET_BY = {
     "group_linears": "boost.group_linears",
     "rms_norm": "boost.norm",
     "vocab_size": "vocab_size (the tokenizer)",
+    "tokenizer": "tokenizer (its files)",
 }
 _NOTES = {
     "vocab_size": "the vocabulary is the tokenizer's: boost.tokenizer_vocab_size, or model.hf_assets_path",
+    "tokenizer": "the tokenizer's files differ: the same ids would mean other tokens; use the tokenizer the "
+                 "checkpoint was trained with (model.hf_assets_path, or boost.tokenizer_vocab_size and boost.cache_dir)",
 }
+# The files a Hugging Face tokenizer folder is read from (ids, merges, added and special tokens, BOS/EOS use).
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
+
+
+def tokenizer_fingerprint(folder: Path) -> str:
+    """``sha256:<hex>`` over the name and bytes of each of ``TOKENIZER_FILES`` that ``folder`` holds."""
+    digest = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        path = Path(folder) / name
+        if path.is_file():
+            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return "sha256:" + digest.hexdigest()
 
 
 def boost_version() -> str:
@@ -73,6 +95,9 @@ def model_identity(args: ModelArgs, job) -> dict:
     if not args.low_rank:
         identity.pop("rank")  # unused by the dense kind
     identity["rms_norm"] = rms_norm_identity(job)
+    from torchtitan_ext.data.tokenizer import boost_tokenizer_dir  # built by now: the vocabulary came from it
+
+    identity["tokenizer"] = tokenizer_fingerprint(boost_tokenizer_dir(job))
     return identity
 
 
@@ -116,7 +141,8 @@ def identity_differences(saved: dict, wanted: dict) -> list[tuple[str, object, o
     """``(field, saved value, wanted value)`` for each field on which the two models differ.
 
     A field the checkpoint does not record (written before the field existed) counts as its
-    ``ModelArgs`` default, which is what that older code computed with.
+    ``ModelArgs`` default, which is what that older code computed with; an unrecorded tokenizer
+    is no difference (see ``unrecorded_fields``).
     """
     defaults = {f.name: f.default for f in dataclasses.fields(ModelArgs)}
     differences = []
@@ -125,6 +151,12 @@ def identity_differences(saved: dict, wanted: dict) -> list[tuple[str, object, o
         if old != value:
             differences.append((field, old, value))
     return differences
+
+
+def unrecorded_fields(saved: dict, wanted: dict) -> list[str]:
+    """Identity fields with no ``ModelArgs`` default that ``saved`` (an older checkpoint) does not record."""
+    defaults = {f.name for f in dataclasses.fields(ModelArgs)}
+    return [field for field in wanted if field not in saved and field not in defaults and field != "flavor"]
 
 
 def describe_differences(checkpoint: Path, differences: list[tuple[str, object, object]]) -> str:

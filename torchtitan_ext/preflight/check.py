@@ -62,16 +62,21 @@ def load_toml(path: str) -> dict[str, Any]:
 
 
 def _config_file_argument(argv: list[str]) -> str | None:
-    # The same lookup as torchtitan's ConfigManager._maybe_load_toml.
+    """The config file named in ``argv``, as torchtitan's ``ConfigManager._maybe_load_toml`` finds it (the first
+    one); a second, different one is refused, since torchtitan would silently train the first."""
+    found = []
     for i, arg in enumerate(argv):
         key, _, value = arg.partition("=")
         if key in CONFIG_FILE_FLAGS:
-            if value:
-                return value
-            if i + 1 < len(argv):
-                return argv[i + 1]
-            refuse("job.config_file", None, "the flag needs a path: --job.config_file train_configs/debug.toml")
-    return None
+            if not value and i + 1 >= len(argv):
+                refuse("job.config_file", None, "the flag needs a path: --job.config_file train_configs/debug.toml")
+            found.append(value or argv[i + 1])
+    for other in found[1:]:
+        if os.path.realpath(other) != os.path.realpath(found[0]):
+            refuse("job.config_file", other,
+                   f"a second config file, after {found[0]!r} (CONFIG_FILE, or an earlier --job.config_file); "
+                   f"torchtitan reads the first alone: name one, as CONFIG_FILE={other} or --job.config_file {other}")
+    return found[0] if found else None
 
 
 def _job_config_class(argv: list[str], toml_values: dict | None, config_file: str) -> type:

@@ -195,6 +195,34 @@ def _known_pipeline_schedule(ctx: JobContext) -> str | None:
     return None
 
 
+def _pipeline_stages(ctx: JobContext) -> tuple[str, bool, int]:
+    """The schedule's name, whether it runs several stages per rank, and the stage count over all ranks."""
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
+
+    par = ctx.job.parallelism
+    multi_stage = issubclass(get_schedule_class(par.pipeline_parallel_schedule), PipelineScheduleMulti)
+    stages = rules.pipeline_stage_count(multi_stage, ctx.pp, ctx.model_args.n_layers, par.pipeline_parallel_layers_per_stage,
+                                        par.pipeline_parallel_first_stage_less_layers,
+                                        par.pipeline_parallel_last_stage_less_layers)
+    return par.pipeline_parallel_schedule, multi_stage, stages
+
+
+def _pipeline_stages_fit_schedule(ctx: JobContext) -> str | None:
+    if ctx.pp == 1:
+        return None
+    schedule, multi_stage, stages = _pipeline_stages(ctx)
+    return rules.pipeline_stages_problem(schedule, multi_stage, ctx.pp, stages)
+
+
+def _enough_microbatches(ctx: JobContext) -> str | None:
+    local_batch = ctx.job.training.local_batch_size
+    if ctx.pp == 1 or local_batch < 1:  # the training.local_batch_size row names a batch below 1
+        return None
+    schedule, _, stages = _pipeline_stages(ctx)
+    return rules.pipeline_microbatch_problem(schedule, local_batch, ctx.job.parallelism.pipeline_parallel_microbatch_size,
+                                             ctx.pp, stages)
+
+
 def _rank_ratio_in_range(ctx: JobContext) -> str | None:
     b = ctx.boost
     if not KINDS[b.linear].low_rank or b.rank or 0 < b.rank_ratio < 1:
@@ -305,6 +333,14 @@ RULES: tuple[Rule, ...] = (
          _microbatch_divides_batch),
     Rule("parallelism.pipeline_parallel_schedule", "a schedule torch.distributed.pipelining knows (PP > 1)",
          _known_pipeline_schedule),
+    Rule("parallelism.pipeline_parallel_layers_per_stage", "unset, or ≥ 1",
+         lambda c: None if (c.job.parallelism.pipeline_parallel_layers_per_stage or 1) >= 1
+         else "must be at least 1 (or be left unset: torchtitan's default stage count)"),
+    Rule("parallelism.pipeline_parallel_layers_per_stage",
+         "unset, or giving a multiple of pp stages: 1 per rank single-stage, ≥ 2 multi-stage, 2 for ZBV/DualPipeV",
+         _pipeline_stages_fit_schedule),
+    Rule("training.local_batch_size", "/ pipeline_parallel_microbatch_size ≥ the stages (1F1B, DualPipeV); "
+         "equal rounds of n // pp (Interleaved1F1B, InterleavedZeroBubble) (PP > 1)", _enough_microbatches),
     Rule("validation.local_batch_size", "a multiple of the pipeline's micro-batch count (PP > 1, validation on)",
          _validation_splits_into_microbatches),
     # Training
