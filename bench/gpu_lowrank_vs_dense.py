@@ -23,9 +23,12 @@ PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 def run(kind: str, flavour: str, seq: int, batch: int, steps: int, compile_blocks: bool):
     args = ModelArgs.from_flavour(flavour, linear=kind, vocab_size=32000, max_seq_len=seq)
-    torch.manual_seed(0)
-    with torch.device("cuda"):
+    # built on meta, then initialised on the GPU: the seeded init draws each tile on the CPU
+    # (boost.model.seeded_init) and copies it to the parameter's device, as a trainer rank does
+    with torch.device("meta"):
         model = Transformer(args)
+    model.to_empty(device="cuda")
+    model.init_weights(buffer_device=torch.device("cuda"), seed=0)
     if compile_blocks:
         for layer_id, block in model.layers.named_children():
             model.layers.register_module(layer_id, torch.compile(block, fullgraph=True))

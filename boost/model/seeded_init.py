@@ -10,7 +10,7 @@ grouped vs ungrouped projections — and a rank draws only what it holds:
     shard         rows × cols     this rank's box of the global tensor (DTensor placements);
                                   the rank draws the tiles that overlap it, nothing else
 
-At 7B on 16 ranks a rank draws ~1/16 of the model instead of all of it (issue 11: 105 s -> seconds).
+At 7B on 16 ranks a rank draws ~1/16 of the model instead of all of it.
 A parameter may be several parts concatenated along dim 0 (grouped ``A_qkv = [A_q; A_k; A_v]``)
 or stacked (batched ``B [G, d_out, r]``); each part keeps the tiles of its own shape.
 """
@@ -106,8 +106,12 @@ def fill_seeded(param: torch.Tensor, parts: SeededPart | Sequence[SeededPart], s
 
 
 def draw_region(part: SeededPart, seed: int, region: Sequence[slice]) -> torch.Tensor:
-    """``part``'s seeded values on ``region`` (slices of its global shape), float64."""
-    out = torch.empty([s.stop - s.start for s in region], dtype=torch.float64)
+    """``part``'s seeded values on ``region`` (slices of its global shape), float64, on the CPU.
+
+    Drawn on the CPU whatever the ambient device (``with torch.device("cuda")``): the generator is a
+    CPU one, and the values must not depend on the device; the caller copies them to the parameter's.
+    """
+    out = torch.empty([s.stop - s.start for s in region], dtype=torch.float64, device="cpu")
     if out.numel() == 0:
         return out
     tile = _tile_shape(part.shape)
@@ -121,7 +125,7 @@ def draw_region(part: SeededPart, seed: int, region: Sequence[slice]) -> torch.T
         # they never share a stream; two parts' seed ranges overlap by chance, ~(parts·tiles)/2^32
         # (1e-2 at 30B), which would repeat one tile: harmless for training.
         gen.manual_seed((base + _ravel(index, grid)) % 2**32)
-        values = torch.randn([h - l for l, h in zip(lo, hi)], generator=gen, dtype=torch.float64)
+        values = torch.randn([h - l for l, h in zip(lo, hi)], generator=gen, dtype=torch.float64, device="cpu")
         a = [max(l, s.start) for l, s in zip(lo, region)]
         b = [min(h, s.stop) for h, s in zip(hi, region)]
         out[tuple(slice(x - s.start, y - s.start) for x, y, s in zip(a, b, region))] = values[

@@ -99,3 +99,25 @@ def test_a_region_is_the_same_values_as_the_whole_part():
     other = draw_region(SeededPart("layers.0.attention.k.A", (300, 520), 0.5), 3, [slice(0, 300), slice(0, 520)])
     assert not torch.equal(whole, other)
     assert abs(whole.std().item() - 0.5) < 0.01
+
+
+def test_a_model_built_on_meta_initialises_on_any_ambient_device():
+    """The GPU path on the CPU: under an ambient device (``with torch.device("cuda")`` on a GPU; here
+    ``meta``, which no CPU generator can draw into either) the tiles are drawn on the CPU and copied
+    to the parameter; and a model built on meta, then initialised on its device, equals one built there."""
+    part = SeededPart("layers.0.attention.q.A", (300, 520), 0.5)
+    want = draw_region(part, 3, [slice(0, 300), slice(0, 520)])
+    with torch.device("meta"):
+        got = draw_region(part, 3, [slice(0, 300), slice(0, 520)])
+    assert got.device.type == "cpu" and torch.equal(got, want)
+
+    from boost import ModelArgs, Transformer
+
+    args = ModelArgs.from_flavour("debug", vocab_size=512, init_seed=1)
+    eager = Transformer(args)
+    with torch.device("meta"):
+        model = Transformer(args)
+    model.to_empty(device="cpu")
+    model.init_weights(buffer_device=torch.device("cpu"))
+    for (name, a), b in zip(eager.state_dict().items(), model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
