@@ -68,7 +68,7 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_pat
     if row.precision != "float32":
         # it really computed in bf16: farther from the fp32 curve than fp32 layouts ever are
         assert any(abs(got[s] - want[s]) > RTOL * abs(want[s]) for s in want), (got, want)
-        assert "Mixed precision" not in log or "FSDP to the model" in log
+        assert "BOOST computes in bfloat16 (FSDP2" in log
 
 
 @pytest.mark.parametrize("ngpu,overrides,field", REFUSED, ids=lambda v: " ".join(v) if isinstance(v, tuple) else None)

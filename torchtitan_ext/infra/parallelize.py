@@ -71,12 +71,12 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
             for module in model.modules():
                 if isinstance(module, FSDPModule):
                     module.set_force_sum_reduction_for_comms(True)
-        logger.info("Applied %s to the model%s", "HSDP" if parallel_dims.dp_replicate_enabled else "FSDP",
-                    "" if parallel_dims.fsdp_enabled else
-                    f" over a shard degree of 1, for its mixed precision ({job_config.training.mixed_precision_param} "
-                    f"params, {job_config.training.mixed_precision_reduce} reduce) under TP/PP")
+        logger.info("Applied %s to the model", "HSDP" if parallel_dims.dp_replicate_enabled else "FSDP")
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
+    # torchtitan's maybe_enable_amp says "Mixed precision training is disabled" for TP/PP without FSDP:
+    # the shard-degree-1 wrap above is what holds the precision there
+    logger.info("BOOST computes in %s", compute_precision(parallel_dims, job_config.training.mixed_precision_param))
     return model
 
 
@@ -88,6 +88,17 @@ def fsdp_for_precision(parallel_dims: ParallelDims, mixed_precision_param: str) 
     parameters as it would at any degree and communicates nothing, so the precision asked for holds.
     """
     return (parallel_dims.tp_enabled or parallel_dims.pp_enabled) and mixed_precision_param != "float32"
+
+
+def compute_precision(parallel_dims: ParallelDims, mixed_precision_param: str) -> str:
+    """The dtype a layout computes in and what casts to it, e.g. ``"bfloat16 (FSDP2, shard degree 1)"``."""
+    if mixed_precision_param == "float32":
+        return "float32"
+    if parallel_dims.fsdp_enabled:
+        return f"{mixed_precision_param} (FSDP2)"
+    if fsdp_for_precision(parallel_dims, mixed_precision_param):
+        return f"{mixed_precision_param} (FSDP2, shard degree 1)"
+    return f"{mixed_precision_param} (torchtitan's autocast: one device or DDP)"
 
 
 def shard_placement(shard_degree: int) -> Callable[[nn.Parameter], Shard | None]:
