@@ -125,7 +125,8 @@ def predicted_bytes(config: dict, world_size: int, seq_len: int) -> float:
     tp, pp, dp = _layout(config, world_size)
     boost = config["boost"]
     return memory_per_gpu(config["model"]["flavor"], boost["tp_scheme"], tp, pp, dp, boost["activation_checkpoint"], 1,
-                          seq_len, max(pp, 1), linear=boost["linear"], dtype_bytes=4, workspace_bytes=0)
+                          seq_len, max(pp, 1), linear=boost["linear"], dtype_bytes=4, workspace_bytes=0,
+                          compiled=config.get("compile", {}).get("enable", False))
 
 
 def dry_run(flavour: str, kind: str, world_size: int, steps: int, seq_len: int, extra: list[str],

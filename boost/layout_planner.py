@@ -14,11 +14,16 @@ Adam states         FSDP over dp (every rank its share: the batched ``[G, d_out,
                     next one (FSDP prefetch), and ``(dtype + 4)·V·d / tp`` for the all-gathered
                     embedding or head with its unsharded fp32 gradient (in that unit's backward);
                     under PP (m > 1, dp > 1) instead ``(dtype + 4)·P / tp``: torch's schedule keeps
-                    the stage's weights gathered and its gradients unsharded across micro-batches
+                    the stage's weights gathered and its gradients unsharded across micro-batches;
+                    and ``(dtype + 4)·P_layer / tp`` in a layer's backward: its unsharded gradient in
+                    the compute dtype and FSDP2's fp32 reduce-scatter input (``reduce_dtype``; FSDP2
+                    wraps every model, at a shard degree of 1 too, under mixed precision with TP/PP)
 activations         ``L · in_flight · a_keep + a_layer`` with ``in_flight = min(m, pp)`` micro-batches
                     held by the first 1F1B stage; ``a_layer`` = the full per-layer activations (one
                     layer live in backward, or recomputed), and ``a_keep`` by AC mode:
-                    none ``a_layer``; full ``2·T·d_res`` (block input); lowrank ``2·T·(d_res + 7·r)``
+                    none ``a_layer``; full ``2·T·d_res`` (block input); lowrank ``2·T·(d_res + 7·r)``;
+                    compiled, full and lowrank also keep attention's output and log-sum-exp
+                    (``2·T·heads_local·head_dim + 4·T·heads_local``: ``boost.parallel.activation_checkpoint``)
 a_layer             ``2·T·(Σ GEMM inputs + 4·heads_local·head_dim + 4·d_res + 2·f_local) + 4·T·heads_local``
                     (bf16 GEMM inputs, q/k/v/out of flash attention, norm and residual inputs,
                     gate/up for the product; fp32 log-sum-exp)
@@ -77,11 +82,12 @@ class Layout:
 
 
 def memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch, seq_len, num_microbatches,
-                   vocab_size=32000, linear="cola", dtype_bytes: int = 2, workspace_bytes: float = WORKSPACE_BYTES
-                   ) -> float:
-    """Peak bytes on one GPU (module docstring's formulas). ``dtype_bytes`` is the training dtype's
-    (2 for bf16, 4 for fp32 as in the CPU dry runs of ``bench.dry_run``): the all-gathered weights
-    and the activations take it; the fixed ``workspace_bytes`` is a GPU's (CUDA context, NCCL)."""
+                   vocab_size=32000, linear="cola", dtype_bytes: int = 2, workspace_bytes: float = WORKSPACE_BYTES,
+                   compiled: bool = False) -> float:
+    """Peak bytes on one GPU (module docstring's formulas). ``dtype_bytes`` is the dtype the run computes
+    in (2 for bf16, 4 for fp32 as in the CPU dry runs of ``bench.dry_run``): the all-gathered weights,
+    the unsharded gradients and the activations take it; the fixed ``workspace_bytes`` is a GPU's (CUDA
+    context, NCCL); ``compiled``: torch.compile, whose AC keeps attention's output."""
     args = model_args(flavour, scheme, vocab_size, linear)
     T = micro_batch * seq_len
     layers = math.ceil(args.n_layers / pp)
@@ -97,6 +103,8 @@ def memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch, seq_len, num_mi
         # the layer in use and the next one (FSDP prefetch); the embedding or head with its unsharded
         # fp32 gradient, together in that unit's backward (V·d/tp: as large as a layer at 1B, tp 1)
         unsharded = 2 * dtype_bytes * layer_params / tp + (dtype_bytes + 4) * args.dim * vocab_size / tp
+    # a layer's backward: its unsharded gradient, and FSDP2's fp32 reduce-scatter input beside it
+    unsharded += (dtype_bytes + 4) * layer_params / tp
     states = 16 * params_stage / (tp * dp) + unsharded
     heads = args.n_heads if scheme == "vanilla" else args.n_heads // tp
     d_res = args.dim // tp if scheme == "btp" else args.dim
@@ -104,6 +112,8 @@ def memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch, seq_len, num_mi
     gemm_inputs = sum(K * batch for _, K, _, batch in block_gemms(args, scheme, tp, T))
     a_layer = dtype_bytes * T * (gemm_inputs + 4 * heads * args.head_dim + 4 * d_res + 2 * f_local) + 4 * T * heads
     a_keep = {"none": a_layer, "full": dtype_bytes * T * d_res, "lowrank": dtype_bytes * T * (d_res + 7 * args.rank)}[ac]
+    if compiled and ac != "none":
+        a_keep += dtype_bytes * T * heads * args.head_dim + 4 * T * heads  # attention output and log-sum-exp
     in_flight = min(num_microbatches, pp)
     activations = layers * in_flight * a_keep + a_layer
     logits = 3 * 4 * T * vocab_size / tp
@@ -146,7 +156,8 @@ def enumerate_layouts(flavour: str, gpus: int, hardware: str, seq_len: int = 409
                 for ac in AC_MODES:
                     if rules.activation_checkpoint_problem(ac, scheme, tp):
                         continue
-                    mem = memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch, seq_len, m, vocab_size, linear)
+                    mem = memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch, seq_len, m, vocab_size, linear,
+                                         compiled=True)  # BOOST ships compiled
                     if mem > budget:
                         continue
                     t = predict_step_time(flavour, scheme, tp, pp, hw, micro_batch, seq_len, dp=dp,
