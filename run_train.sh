@@ -53,6 +53,6 @@ LOG_ARGS=()
 if [[ -n "${LOG_DIR:-}" ]]; then LOG_ARGS=(--log-dir "$LOG_DIR"); fi
 
 PYTORCH_ALLOC_CONF=${PYTORCH_ALLOC_CONF:-"expandable_segments:True"} \
-exec "$PYTHON" -m torch.distributed.run --nproc_per_node="$NGPU" --rdzv_backend c10d --rdzv_endpoint="localhost:0" \
+exec "$PYTHON" -m torchtitan_ext.launch --nproc_per_node="$NGPU" --rdzv_backend c10d --rdzv_endpoint="localhost:0" \
   --local-ranks-filter "${LOG_RANK:-0}" --role rank --tee 3 "${LOG_ARGS[@]+"${LOG_ARGS[@]}"}" \
   -m "$TRAIN_FILE" "${CONFIG_ARGS[@]+"${CONFIG_ARGS[@]}"}" "$@"

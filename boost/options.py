@@ -44,3 +44,9 @@ class BoostOptions:
     log_comm: bool = True
     """Count collectives of every step (kind, count, bytes) and log them with the metrics."""
 
+    stop_grace_s: float = 120.0
+    """Seconds from a SIGTERM/SIGINT to the end of every rank: the run saves at the next agreed step
+    boundary within it, or exits without a checkpoint. Keep it under the cluster's own grace."""
+
+    stop_check_every: int = 5
+    """Ranks agree on a stop (one small all-reduce, a host sync) every this many steps."""

@@ -5,6 +5,7 @@ and the checkpoint it would resume from — before any process group, data or mo
 """
 
 import os
+import signal
 import sys
 import time
 
@@ -18,6 +19,8 @@ from boost.process_exit import exit_finished_process
 from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, prepare_resume
 from torchtitan_ext.guards.checkpoint_identity import model_identity
 from torchtitan_ext.guards.checkpoint_manager import BoostCheckpointManager
+from torchtitan_ext.guards.graceful_stop import GracefulStop
+from torchtitan_ext.guards.launcher_watch import end_with_launcher
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
 
@@ -31,9 +34,13 @@ class BoostTrainer(Trainer):
     of the run, checkpoints that record their model, and an orderly exit."""
 
     def __init__(self, job_config):
+        if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun, not a dry run's shell
+            end_with_launcher()
         try:
             check_config(job_config, world_size_from_env(job_config))
-        except ConfigError as e:
+            # before anything is built: a signal during start-up is a stop request too
+            self.stop = GracefulStop(job_config.boost.stop_grace_s, job_config.boost.stop_check_every)
+        except (ConfigError, ValueError) as e:
             print(f"BOOST config error: {e}", file=sys.stderr)
             raise SystemExit(2) from None
         try:
@@ -50,6 +57,8 @@ class BoostTrainer(Trainer):
             raise SystemExit(2) from None
         super().__init__(job_config)
         self._record_model_identity()
+        self.stop.device = self.device
+        self._start_step: int | None = None
 
     def _record_model_identity(self) -> None:
         """Swap torchtitan's checkpoint manager for BOOST's (same arguments as torchtitan's ``__init__``
@@ -74,6 +83,27 @@ class BoostTrainer(Trainer):
     def train_step(self, data_iterator) -> None:
         self.metrics_processor.step_begins(self.step)  # which steps the communication counter watches
         super().train_step(data_iterator)
+
+    def should_continue_training(self) -> bool:
+        # torchtitan asks this at every step boundary, after the step's own save and validation
+        if self._start_step is None:
+            self._start_step = self.step  # the loaded step: nothing new to save before the first step
+        if self.stop.agreed(self.step):
+            self._stop_here()
+            return False
+        return super().should_continue_training()
+
+    def _stop_here(self) -> None:
+        name = signal.Signals(self.stop.signum).name if self.stop.signum else "a signal on another rank"
+        if self.step == self._start_step:
+            said = "before its first step: nothing new to save"
+        elif isinstance(self.checkpointer, BoostCheckpointManager) and self.checkpointer.save_at_stop(self.step):
+            said = f"checkpoint {self.checkpointer.folder}/step-{self.step} saved; run the same command to resume"
+        else:
+            said = "checkpointing is off: nothing saved"
+        self.stop.done()
+        if os.environ.get("RANK", "0") == "0":
+            print(f"BOOST: stopped by {name} after step {self.step}: {said}", file=sys.stderr, flush=True)
 
     def train(self) -> None:
         super().train()

@@ -10,6 +10,9 @@ Three changes to torchtitan 0.2.2's manager, each in the method that owns the be
 - ``_save_last_step``: torchtitan's ``save`` returns right after the last step's save, before its
   purge, so every run that ends on a save kept ``keep_latest_k + 1`` checkpoints (4 with
   ``keep_latest_k = 3`` after a resume); the purge now follows that save too.
+
+And one addition, ``save_at_stop``: a full checkpoint of the current step whatever the interval, for a
+run stopped by a signal (``graceful_stop.py``).
 """
 
 from __future__ import annotations
@@ -35,6 +38,33 @@ class BoostCheckpointManager(CheckpointManager):
     def __init__(self, *args: Any, model_identity: dict | None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.model_identity = model_identity
+        self._saved_step = -1
+        self._forced = False
+
+    def save(self, curr_step: int, last_step: bool = False) -> None:
+        if self._should_save(curr_step, last_step):
+            self._saved_step = curr_step
+        super().save(curr_step, last_step)
+
+    def _should_save(self, curr_step: int, last_step: bool = False) -> bool:
+        if self._forced and self.enable and not self.load_only:
+            return True
+        return super()._should_save(curr_step, last_step)
+
+    def save_at_stop(self, step: int) -> bool:
+        """Make ``step`` a complete checkpoint (unless the interval just saved it); ``False`` when
+        checkpointing is off. Not torchtitan's ``last_step`` save, which may keep the model alone: a
+        stopped run must resume with its optimizer and data position."""
+        if not self.enable or self.load_only:
+            return False
+        if self._saved_step != step:
+            self._forced = True
+            try:
+                self.save(step)
+            finally:
+                self._forced = False
+        self._async_wait()  # an async save must be on disk before the process ends
+        return True
 
     def dcp_save(self, state_dict, checkpoint_id: str, async_mode, enable_garbage_collection: bool = False,
                  to_hf: bool = False):

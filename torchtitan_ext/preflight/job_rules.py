@@ -293,6 +293,8 @@ RULES: tuple[Rule, ...] = (
          lambda c: None if c.boost.rank >= 0 else "must be positive (or 0 to use boost.rank_ratio)"),
     Rule("boost.rank_ratio", "in (0, 1) when boost.rank = 0", _rank_ratio_in_range),
     Rule("boost.rank", "resolved rank in (0, smallest factored dim)", _rank_below_smallest_dim, shown=lambda c: c.rank),
+    within("boost.stop_grace_s", 0, math.inf, low_open=True),
+    at_least("boost.stop_check_every", 1, "steps between the ranks' agreement on a stop signal"),
     # Processes and the device mesh
     at_least("NGPU", 1, "processes on this node"),
     at_least("parallelism.tensor_parallel_degree", 1),

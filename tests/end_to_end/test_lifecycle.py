@@ -1,0 +1,131 @@
+"""A run's life on a cluster, on real CPU runs: the launcher killed, SIGTERM/SIGINT stops, resume."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.end_to_end.test_fault_tolerance import COMMON, _descendants
+from tests.trainer import ROOT, SMALL, losses, run_train
+
+STEPS = 24
+
+
+def _start(tmp_path: Path, folder: str, *overrides: str) -> tuple[subprocess.Popen, Path]:
+    """``run_train.sh`` at NGPU=2 in a session of its own (a terminal's job); console to a file."""
+    env = dict(os.environ, NGPU="2", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
+    console = tmp_path / f"{folder}.console"
+    cmd = ["./run_train.sh", "--job.dump_folder", str(tmp_path / folder), "--training.steps", str(STEPS), *SMALL,
+           *COMMON, *overrides]
+    with open(console, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, console
+
+
+def _complete(folder: Path) -> set[int]:
+    return {int(p.parent.name.split("-")[1]) for p in (folder / "checkpoint").glob("step-*/.metadata")}
+
+
+def _wait_for_step(proc: subprocess.Popen, folder: Path, step: int) -> None:
+    deadline = time.time() + 120
+    while step not in _complete(folder):
+        assert proc.poll() is None and time.time() < deadline, f"run ended before its step-{step} checkpoint"
+        time.sleep(0.05)
+
+
+def _alive(pids: list[int]) -> list[int]:
+    def running(pid):
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+    return [p for p in pids if running(p)]
+
+
+def _gone_within(pids: list[int], seconds: float) -> float:
+    start = time.time()
+    while _alive(pids) and time.time() - start < seconds:
+        time.sleep(0.05)
+    assert not _alive(pids), f"still running after {seconds} s: {_alive(pids)}"
+    return time.time() - start
+
+
+@pytest.mark.slow
+def test_ranks_end_when_the_launcher_is_killed(tmp_path):
+    proc, console = _start(tmp_path, "out", "--checkpoint.interval", "1")
+    _wait_for_step(proc, tmp_path / "out", 2)
+    ranks = _descendants(proc.pid)
+    assert len(ranks) >= 2
+    os.kill(proc.pid, signal.SIGKILL)  # the launcher alone: the ranks are in sessions of their own
+    proc.wait()
+    at_kill = _complete(tmp_path / "out")
+    _gone_within(ranks, 5)
+    time.sleep(1)
+    # at most the save in flight at the kill completes (none does: SIGKILL lands mid-step)
+    assert _complete(tmp_path / "out") <= at_kill | {max(at_kill) + 1}, console.read_text()[-3000:]
+
+
+def _stopped_then_resumed(tmp_path, send, check_every: int = 2) -> tuple[int, str, int]:
+    """Signal a run after its step-3 checkpoint with ``send(launcher_pid, rank_pids)``; return its exit code,
+    console, and the step it stopped at, and check that the restart lands on the uninterrupted curve."""
+    # interval 3, agreement every 2 steps: the stop's checkpoint is one the interval would not write
+    opts = ["--checkpoint.interval", "3", "--boost.stop_check_every", str(check_every)]
+    proc, console = _start(tmp_path, "stopped", *opts)
+    _wait_for_step(proc, tmp_path / "stopped", 3)
+    send(proc.pid, _descendants(proc.pid))
+    sent = time.time()
+    rc = proc.wait(timeout=60)
+    took = time.time() - sent
+    text = console.read_text()
+    stopped = max(_complete(tmp_path / "stopped"))
+    assert 3 < stopped < STEPS and stopped % check_every == 0 and stopped % 3, text[-3000:]
+    assert took < 30, took
+
+    straight = losses(run_train(tmp_path, *COMMON, "--checkpoint.no-enable", ngpu=2, steps=STEPS, folder="straight"))
+    resumed = losses(run_train(tmp_path, *COMMON, *opts, ngpu=2, steps=STEPS, folder="stopped"))
+    assert min(resumed) == stopped + 1
+    # same layout, same seed, same data position: the resumed steps are the uninterrupted ones
+    for step, loss in resumed.items():
+        assert abs(loss - straight[step]) <= 1e-6 * straight[step], (step, loss, straight[step])
+    return rc, text, stopped
+
+
+@pytest.mark.slow
+def test_sigterm_to_every_process_saves_and_resumes_on_the_same_curve(tmp_path):
+    def slurm(launcher, ranks):  # Slurm signals every process of the job, launcher and ranks alike
+        for pid in [launcher, *ranks]:
+            os.kill(pid, signal.SIGTERM)
+
+    rc, text, stopped = _stopped_then_resumed(tmp_path, slurm)
+    assert rc == 128 + signal.SIGTERM, text[-3000:]
+    assert f"BOOST: stopped by SIGTERM after step {stopped}: checkpoint" in text
+    assert "Traceback" not in text and "SignalException" not in text, text[-3000:]
+    assert text.rstrip().splitlines()[-1].startswith("BOOST launcher: SIGTERM received")
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_cleanly_and_a_second_one_at_once(tmp_path):
+    rc, text, stopped = _stopped_then_resumed(tmp_path, lambda launcher, ranks: os.killpg(launcher, signal.SIGINT))
+    assert rc == 128 + signal.SIGINT
+    assert f"BOOST: stopped by SIGINT after step {stopped}: checkpoint" in text
+    assert "Traceback" not in text, text[-3000:]
+
+    # a stop that cannot reach its boundary (agreement every 1000 steps): the second Ctrl-C ends it
+    proc, console = _start(tmp_path, "twice", "--checkpoint.interval", "2", "--boost.stop_check_every", "1000")
+    _wait_for_step(proc, tmp_path / "twice", 2)
+    ranks = _descendants(proc.pid)
+    os.killpg(proc.pid, signal.SIGINT)
+    time.sleep(1.5)
+    before = _complete(tmp_path / "twice")
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=10) == 128 + signal.SIGINT
+    _gone_within(ranks, 5)
+    assert _complete(tmp_path / "twice") == before
+    # torchrun turns the second Ctrl-C into SIGTERM for its ranks
+    assert "stopped at once, without a checkpoint" in console.read_text()
