@@ -77,6 +77,7 @@ SUPPORTED: list[Row] = [
     Row("btp", False, "none", "fsdp×tp", "bfloat16"),
     Row("megatron", False, "none", "tp", "bfloat16"),
     Row("vanilla", False, "none", "tp", "bfloat16"),
+    Row("btp", False, "none", "pp×tp", "bfloat16"),  # stages exchange bf16 activations (13B, 30B as shipped)
 ]
 
 # Refused before any process starts: (processes, overrides, a phrase the refusal must contain).

@@ -55,7 +55,7 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
     if compile_model:
         apply_compile(model, job_config.compile)
 
-    if parallel_dims.fsdp_enabled or fsdp_for_precision(parallel_dims, job_config.training.mixed_precision_param):
+    if fsdp_wraps(parallel_dims, job_config.training.mixed_precision_param):
         names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
         apply_fsdp(
             model,
@@ -88,6 +88,11 @@ def fsdp_for_precision(parallel_dims: ParallelDims, mixed_precision_param: str) 
     parameters as it would at any degree and communicates nothing, so the precision asked for holds.
     """
     return (parallel_dims.tp_enabled or parallel_dims.pp_enabled) and mixed_precision_param != "float32"
+
+
+def fsdp_wraps(parallel_dims: ParallelDims, mixed_precision_param: str) -> bool:
+    """Whether FSDP2 wraps the model: for data parallelism, or for its mixed precision at degree 1."""
+    return parallel_dims.fsdp_enabled or fsdp_for_precision(parallel_dims, mixed_precision_param)
 
 
 def compute_precision(parallel_dims: ParallelDims, mixed_precision_param: str) -> str:

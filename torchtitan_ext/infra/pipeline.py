@@ -12,7 +12,8 @@ the first step: it runs one micro-batch forward and backward and sends the shape
 
     residual stream [mb, s, d/t] under BTP (sharded on d), [mb, s/t, d] under Megatron with sequence
                     parallel, else [mb, s, d]; in the dtype the blocks compute in: FSDP's
-                    ``mixed_precision_param``, or ``training.dtype`` without FSDP (torchtitan runs no
+                    ``mixed_precision_param`` where FSDP2 wraps the model (at a shard degree of 1
+                    too: ``parallelize.fsdp_wraps``), else ``training.dtype`` (torchtitan runs no
                     autocast under PP)
 
 Validation runs the same schedule on micro-batches of ``validation.local_batch_size /
@@ -58,6 +59,7 @@ from torchtitan.distributed.pipeline_parallel import build_pipeline_schedule, pi
 from torchtitan.protocols.train_spec import BaseModelArgs, ParallelizeFunction
 
 from boost.rules import linear_kind
+from torchtitan_ext.infra.parallelize import fsdp_wraps
 
 
 class _PerTokenLoss:
@@ -147,8 +149,8 @@ def stage_examples(stage_index: int, num_stages: int, micro_batch: int, seq_len:
         residual = (micro_batch, seq_len // tp, d)
     else:
         residual = (micro_batch, seq_len, d)
-    dtype = TORCH_DTYPE_MAP[job_config.training.mixed_precision_param if parallel_dims.fsdp_enabled
-                            else job_config.training.dtype]
+    mixed = job_config.training.mixed_precision_param
+    dtype = TORCH_DTYPE_MAP[mixed if fsdp_wraps(parallel_dims, mixed) else job_config.training.dtype]
     hidden = torch.empty(residual, dtype=dtype, device="meta", requires_grad=training)
     first, last = stage_index == 0, stage_index == num_stages - 1
     inputs = torch.empty(micro_batch, seq_len, dtype=torch.int64, device="meta") if first else hidden
