@@ -43,9 +43,9 @@ import sys
 from dataclasses import dataclass
 
 from boost import rules
-from boost.model.args import FLAVOURS
+from boost.model.args import FLAVOURS, flavour_rank
 from boost.perf_model import args_params, block_gemms, get_hardware, model_args, predict_step_time
-from boost.rules import AC_MODES, DEFAULT_RANK_RATIO, TP_SCHEMES
+from boost.rules import AC_MODES, TP_SCHEMES
 
 WORKSPACE_BYTES = 2**30
 
@@ -138,9 +138,9 @@ def enumerate_layouts(flavour: str, gpus: int, hardware: str, seq_len: int = 409
     rules.linear_kind(linear)
     # the schemes this kind runs under tensor parallelism (the preflight's rule, at any TP > 1)
     schemes = [scheme for scheme in TP_SCHEMES if rules.tp_scheme_problem(linear, scheme, tp=2) is None]
-    dim, n_layers, n_heads, n_kv_heads, ffn_dim = FLAVOURS[flavour]
-    rank = rules.resolve_rank(dim, 0, DEFAULT_RANK_RATIO)
-    sharded = {**rules.tp_sharded_dims(n_heads, n_kv_heads, dim, ffn_dim), "vocab_size": vocab_size}
+    f = FLAVOURS[flavour]
+    n_layers, rank = f.n_layers, flavour_rank(flavour)
+    sharded = {**rules.tp_sharded_dims(f.n_heads, f.n_kv_heads, f.dim, f.ffn_dim), "vocab_size": vocab_size}
     layouts = []
     for scheme in schemes:
         for tp in _divisors(gpus):

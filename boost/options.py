@@ -18,6 +18,11 @@ class BoostOptions:
     rank_ratio: float = 0.25
     """r / d when ``rank`` is 0 (the reference paper's r = d/4)."""
 
+    only_lr_act: bool = True
+    """CoLA/LaX MLP: true computes down(gate(x) * up(x)), gate's latent SiLU its only activation; false
+    keeps SwiGLU's full-width SiLU on top, down(SiLU(gate(x)) * up(x)), as the CoLA authors' 60M and
+    130M configs do (their modeling code's ``only_lr_act``). The svd and full kinds keep SwiGLU either way."""
+
     group_linears: bool = True
     """One GEMM for the q/k/v and gate/up down-projections, one batched GEMM for their up-projections."""
 

@@ -148,7 +148,8 @@ def model_args_from_run(config: dict, shapes: dict[str, torch.Size], source: str
             f"{source}: boost.linear = {linear!r} but the checkpoint holds a {'low-rank' if low_rank else 'dense'} "
             "model; pass the TOML this run was trained with"
         )
-    overrides = {"n_layers": n_layers}
+    # not in the weights' shapes: the run's [boost] section, else the flavour's
+    overrides = {"n_layers": n_layers, "only_lr_act": config.get("boost", {}).get("only_lr_act", FLAVOURS[flavour].only_lr_act)}
     if low_rank:
         overrides["rank"] = shapes[f"{p}layers.0.attention.wo.down.weight"][0]
         overrides["group_linears"] = f"{p}layers.0.attention.wqkv.down.weight" in shapes
@@ -156,9 +157,9 @@ def model_args_from_run(config: dict, shapes: dict[str, torch.Size], source: str
     args = ModelArgs.from_flavour(
         flavour, linear=linear, vocab_size=vocab_size, max_seq_len=max(train_len, max_seq_len or 0), **overrides
     )
-    if args.dim != dim or n_layers != FLAVOURS[flavour][1]:
+    if args.dim != dim or n_layers != FLAVOURS[flavour].n_layers:
         raise RunError(
-            f"{source}: flavour {flavour!r} has dim {args.dim} and {FLAVOURS[flavour][1]} layers, the checkpoint "
+            f"{source}: flavour {flavour!r} has dim {args.dim} and {FLAVOURS[flavour].n_layers} layers, the checkpoint "
             f"dim {dim} and {n_layers} layers; pass the TOML this run was trained with"
         )
     return args

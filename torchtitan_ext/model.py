@@ -33,6 +33,7 @@ class JobModelArgs(ModelArgs):
         boost = job_config.boost
         self.linear = boost.linear
         self.group_linears = boost.group_linears
+        self.only_lr_act = boost.only_lr_act
         if KINDS[boost.linear].low_rank:
             self.rank = resolve_rank(self.dim, boost.rank, boost.rank_ratio)
         # The RoPE table must cover validation sequences too.

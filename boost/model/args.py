@@ -7,18 +7,43 @@ from dataclasses import dataclass
 
 from boost.rules import DEFAULT_RANK_RATIO, KINDS, linear_kind, rank_problem, resolve_rank
 
-# DESIGN §1: (dim, n_layers, n_heads, n_kv_heads, ffn_dim); the rank defaults to dim / 4.
-FLAVOURS: dict[str, tuple[int, int, int, int, int]] = {
-    "debug": (256, 4, 8, 4, 704),
-    "60M": (512, 8, 8, 8, 1376),
-    "130M": (768, 12, 12, 12, 2048),
-    "350M": (1024, 24, 16, 16, 2736),
-    "1B": (2048, 24, 32, 32, 5472),
-    "3B": (3072, 28, 24, 24, 8192),
-    "7B": (4096, 32, 32, 32, 11008),
-    "13B": (5120, 40, 40, 40, 13824),
-    "30B": (8192, 36, 64, 64, 22016),
+@dataclass(frozen=True)
+class Flavour:
+    """One published model shape. ``rank`` ``None`` is ``d/4``; ``source`` says where the shape comes from."""
+
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    ffn_dim: int
+    source: str
+    rank: int | None = None
+    only_lr_act: bool = True
+
+
+_COLA = "CoLA authors' cola_configs/cola_{}.json (github alvin-zyl/CoLA)"
+_BOOST = "the BOOST paper's LLaMA-style {} (no CoLA config published)"
+# DESIGN §1 with the CoLA authors' released configs where they published one (60M-7B): 60M and 130M
+# keep SwiGLU's full-width SiLU (only_lr_act false) and 130M's rank is 256, as there. One width
+# differs on purpose: 1B's ffn is 5472 where the authors' is 5461 (= 43 * 127, which no TP degree
+# divides): 5472 = 2^5 * 171 shards over TP 2, 4 and 8 (609.7M parameters against 609.3M).
+FLAVOURS: dict[str, Flavour] = {
+    "debug": Flavour(256, 4, 8, 4, 704, "BOOST's test model"),
+    "60M": Flavour(512, 8, 8, 8, 1376, _COLA.format("60m"), only_lr_act=False),
+    "130M": Flavour(768, 12, 12, 12, 2048, _COLA.format("130m"), rank=256, only_lr_act=False),
+    "350M": Flavour(1024, 24, 16, 16, 2736, _COLA.format("350m")),
+    "1B": Flavour(2048, 24, 32, 32, 5472, _COLA.format("1b") + ", ffn 5461 -> 5472 for TP"),
+    "3B": Flavour(3072, 28, 24, 24, 8192, _BOOST.format("3B")),
+    "7B": Flavour(4096, 32, 32, 32, 11008, _COLA.format("7b")),
+    "13B": Flavour(5120, 40, 40, 40, 13824, _BOOST.format("13B")),
+    "30B": Flavour(8192, 36, 64, 64, 22016, _BOOST.format("30B")),
 }
+
+
+def flavour_rank(flavour: str) -> int:
+    """The flavour's published rank, else ``d/4``."""
+    f = FLAVOURS[flavour]
+    return f.rank if f.rank is not None else resolve_rank(f.dim, 0, DEFAULT_RANK_RATIO)
 
 
 @dataclass
@@ -58,10 +83,10 @@ class ModelArgs:
     def from_flavour(cls, flavour: str, linear: str = "cola", vocab_size: int = 2048, **overrides) -> ModelArgs:
         if flavour not in FLAVOURS:
             raise ValueError(f"unknown flavour {flavour!r}; choose one of {sorted(FLAVOURS)}")
-        dim, n_layers, n_heads, n_kv_heads, ffn_dim = FLAVOURS[flavour]
+        f = FLAVOURS[flavour]
         fields = dict(
-            dim=dim, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads,
-            ffn_dim=ffn_dim, rank=resolve_rank(dim, 0, DEFAULT_RANK_RATIO), vocab_size=vocab_size, linear=linear,
+            dim=f.dim, n_layers=f.n_layers, n_heads=f.n_heads, n_kv_heads=f.n_kv_heads, ffn_dim=f.ffn_dim,
+            rank=flavour_rank(flavour), only_lr_act=f.only_lr_act, vocab_size=vocab_size, linear=linear,
         )
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:

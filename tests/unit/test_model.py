@@ -7,6 +7,7 @@ import torch
 
 from boost import FLAVOURS, ModelArgs, Transformer, flops_per_token
 from boost.model.grouped_state import to_grouped, to_ungrouped
+from boost.model.model import FeedForward
 
 KINDS = ("full", "svd", "cola", "lax")
 
@@ -32,7 +33,7 @@ def test_param_count_matches_closed_form(flavour, kind):
 
 def test_low_rank_to_dense_linear_ratio_is_about_2_53():
     for flavour in ("1B", "7B", "13B"):
-        d, _, _, _, f = FLAVOURS[flavour]
+        d, f = FLAVOURS[flavour].dim, FLAVOURS[flavour].ffn_dim
         r = d // 4
         ratio = (4 * d * d + 3 * d * f) / (8 * d * r + 3 * r * (d + f))
         assert 2.45 < ratio < 2.6, (flavour, ratio)
@@ -105,3 +106,42 @@ def test_bad_shapes_are_refused_with_the_field_named():
         ModelArgs.from_flavour("debug", linear="lora")
     with pytest.raises(ValueError, match="flavour"):
         ModelArgs.from_flavour("2B")
+
+
+# The CoLA authors' released configs, github alvin-zyl/CoLA at 91ff0d1, cola_configs/cola_{60m,130m,350m,1b,7b}.json
+# (only_lr_act unset there is ColaConfig's default, true): hidden, layers, heads, intermediate, rank, only_lr_act.
+COLA_CONFIGS = {
+    "60M": (512, 8, 8, 1376, 128, False),
+    "130M": (768, 12, 12, 2048, 256, False),
+    "350M": (1024, 24, 16, 2736, 256, True),
+    "1B": (2048, 24, 32, 5461, 512, True),
+    "7B": (4096, 32, 32, 11008, 1024, True),
+}
+
+
+@pytest.mark.parametrize("flavour", list(COLA_CONFIGS))
+def test_flavours_follow_the_cola_authors_configs(flavour):
+    args = ModelArgs.from_flavour(flavour, linear="cola", vocab_size=32000)
+    ffn = 5461 if flavour == "1B" else args.ffn_dim  # BOOST's one deliberate difference (FLAVOURS says why)
+    assert (args.dim, args.n_layers, args.n_heads, ffn, args.rank, args.only_lr_act) == COLA_CONFIGS[flavour]
+    assert "alvin-zyl/CoLA" in FLAVOURS[flavour].source
+    if flavour == "1B":
+        assert args.ffn_dim % 8 == 0 and all(5461 % t for t in (2, 4, 8))
+
+
+def test_only_lr_act_reaches_the_model_from_the_toml():
+    from tests.trainer import ROOT
+    from torchtitan_ext.model import JobModelArgs
+    from torchtitan_ext.preflight import check_job
+
+    small_vocab = ["--boost.tokenizer_vocab_size", "512"]  # the tokenizer is trained here: keep it quick
+    for name, want_rank, want_act in (("60M", 128, False), ("130M", 256, False), ("350M", 256, True)):
+        job = check_job(["--job.config_file", str(ROOT / "train_configs" / f"{name}.toml"), *small_vocab], world_size=1)
+        args = JobModelArgs.from_flavour(name)
+        args.update_from_config(job)
+        assert (args.rank, args.only_lr_act) == (want_rank, want_act), name
+    job = check_job(["--job.config_file", str(ROOT / "train_configs" / "60M.toml"), *small_vocab, "--boost.only_lr_act"],
+                    world_size=1)
+    args = JobModelArgs.from_flavour("60M")
+    args.update_from_config(job)
+    assert args.only_lr_act and not FeedForward(args).gate_act

@@ -44,6 +44,7 @@ _SET_BY = {
     "linear": "boost.linear",
     "rank": "boost.rank / boost.rank_ratio",
     "group_linears": "boost.group_linears",
+    "only_lr_act": "boost.only_lr_act",
     "rms_norm": "boost.norm",
     "vocab_size": "vocab_size (the tokenizer)",
     "tokenizer": "tokenizer (its files)",
