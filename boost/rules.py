@@ -1,5 +1,6 @@
-"""BOOST's rules, stated once: the linear kinds and what each one is, the tensor-parallel schemes, the
-norm and activation-checkpoint modes, how the bottleneck rank is resolved, and every check of a layout.
+"""BOOST's rules, stated once: the linear kinds and the tensor-parallel schemes and what each one is, the
+norm and activation-checkpoint modes, how the bottleneck rank and the data-parallel degree are resolved,
+the models' name, and every check of a layout.
 
 Everything that needs one of these imports it from here: the model (``boost.model``), the TP plans
 (``boost.parallel.tp_plans``), the layout planner and performance model, and the trainer's preflight
@@ -13,6 +14,8 @@ Example::
 
     >>> KINDS["lax"].pipelines, KINDS["cola"].latent_activation, KINDS["full"].tp_scheme
     (False, True, 'megatron')
+    >>> SCHEMES["btp"].residual_width(4096, tp=4), SCHEMES["vanilla"].residual_width(4096, tp=4)
+    (1024, 4096)
     >>> resolve_rank(dim=4096, rank=0, rank_ratio=0.25)
     1024
     >>> tp_scheme_problem("full", "btp", tp=4)
@@ -55,9 +58,90 @@ KINDS: dict[str, LinearKind] = {
 }
 LINEAR_KINDS = tuple(KINDS)
 
-TP_SCHEMES = ("btp", "vanilla", "megatron")
-"""btp: bottleneck-aware (full dims sharded, r-wide collectives); vanilla: Megatron-style TP of the
-factors (rank dim sharded, d-wide collectives); megatron: the dense baseline's plan."""
+@dataclass(frozen=True)
+class TPScheme:
+    """What a tensor-parallel scheme shards and what it leaves whole, as every part of BOOST needs to
+    know it: the TP plans, the pipeline's stage boundaries, the layout planner, the performance model
+    and the communication volumes read these fields rather than compare scheme names.
+
+    Per rank at TP degree ``t`` (``d`` hidden, ``f`` FFN hidden, ``r`` rank)::
+
+        scheme    residual  heads, f    rank   collectives   linears   kinds
+        btp       d/t       local (/t)  r      r wide        grouped   low-rank
+        vanilla   d         whole       r/t    d wide        ungrouped low-rank
+        megatron  d (s/t)   local (/t)  —      d wide        —         dense
+    """
+
+    name: str
+    shards_residual: bool
+    """The residual stream is sharded on its hidden dim (``d/t``); the pre-norms then read a sharded dim."""
+    shards_heads: bool
+    """Attention runs on the rank's ``n_heads/t`` heads and the MLP on its ``f/t`` columns (else whole)."""
+    shards_rank: bool
+    """The bottleneck rank dim is split ``t`` ways, so every latent is ``r/t`` wide on a rank."""
+    low_rank: bool
+    """It runs the low-rank kinds (``B·A``); else the dense baseline (``boost.linear = "full"``)."""
+    sequence_parallel: bool
+    """It has a sequence-parallel plan (the residual sharded on the sequence dim between blocks)."""
+
+    @property
+    def groups_linears(self) -> bool:
+        """The grouped down-projections (one GEMM for q/k/v, one for gate/up) stay whole on a rank
+        unless the rank dim is split, which would cut a grouped ``[r_q+r_k+r_v, d]`` factor across members."""
+        return not self.shards_rank
+
+    @property
+    def rank_wide_collectives(self) -> bool:
+        """Its collectives carry the r-wide latents (what low-rank AC keeps, and what the online norm
+        rides in): the low-rank schemes that keep the rank dim whole."""
+        return self.low_rank and not self.shards_rank
+
+    def takes(self, kind: LinearKind) -> bool:
+        """Whether it runs models of ``kind``: the dense plan the dense kind, the others the low-rank kinds."""
+        return kind.low_rank == self.low_rank
+
+    def residual_width(self, dim: int, tp: int) -> int:
+        """The hidden width of the residual stream on one rank."""
+        return dim // tp if self.shards_residual else dim
+
+    def local(self, size: int, tp: int) -> int:
+        """A head count or the FFN width on one rank."""
+        return size // tp if self.shards_heads else size
+
+    def latent_width(self, rank: int, tp: int) -> int:
+        """The width of one bottleneck latent on one rank."""
+        return rank // tp if self.shards_rank else rank
+
+    def residual_shape(self, batch: int, seq_len: int, dim: int, tp: int, sequence_parallel: bool) -> tuple[int, int, int]:
+        """The ``[b, s, d]`` residual stream on one rank, as it crosses a pipeline stage boundary."""
+        if tp > 1 and sequence_parallel and self.sequence_parallel:
+            return (batch, seq_len // tp, dim)
+        return (batch, seq_len, self.residual_width(dim, tp))
+
+
+SCHEMES: dict[str, TPScheme] = {
+    scheme.name: scheme
+    for scheme in (
+        # bottleneck-aware: full dims sharded, the bottleneck whole, r-wide collectives
+        TPScheme("btp", shards_residual=True, shards_heads=True, shards_rank=False, low_rank=True,
+                 sequence_parallel=False),
+        # Megatron's plan transposed onto the factors: A column-parallel on r, B row-parallel, d-wide all-reduces
+        TPScheme("vanilla", shards_residual=False, shards_heads=False, shards_rank=True, low_rank=True,
+                 sequence_parallel=False),
+        # the dense baseline: ColwiseParallel / RowwiseParallel, optional sequence parallel
+        TPScheme("megatron", shards_residual=False, shards_heads=True, shards_rank=False, low_rank=False,
+                 sequence_parallel=True),
+    )
+}
+TP_SCHEMES = tuple(SCHEMES)
+
+
+def tp_scheme(name: str) -> TPScheme:
+    """The scheme called ``name``; ``ValueError`` naming the choices otherwise."""
+    if name not in SCHEMES:
+        raise ValueError(f"boost.tp_scheme = {name!r} is unknown; choose one of {TP_SCHEMES}")
+    return SCHEMES[name]
+
 
 NORM_MODES = ("online", "sync", "local")
 """Pre-norm over a sharded hidden dim: online (statistic rides in the next all-reduce), sync (its own
@@ -67,6 +151,17 @@ AC_MODES = ("none", "full", "lowrank")
 """none; full (recompute whole blocks); lowrank (keep BTP's r-wide latents, recompute the rest)."""
 
 DEFAULT_RANK_RATIO = 0.25  # the reference paper's r = d/4
+
+MODEL_NAME = "boost_llama"
+"""The name BOOST's models go by: torchtitan's train spec (``model.name``) and the Hugging Face ``model_type``."""
+
+
+def data_parallel_degree(world_size: int, *, tp: int, pp: int, cp: int, dp_replicate: int, dp_shard: int) -> int:
+    """dp_replicate × dp_shard, how many different batches a step reads; ``dp_shard = -1`` takes the
+    ranks the other mesh dims leave (torchtitan's ``ParallelDims``)."""
+    if dp_shard == -1:
+        dp_shard = world_size // (tp * pp * cp * dp_replicate)
+    return dp_replicate * dp_shard
 
 
 def linear_kind(name: str) -> LinearKind:
@@ -83,9 +178,9 @@ def resolve_rank(dim: int, rank: int, rank_ratio: float) -> int:
 
 def norm_is_shard_local(norm: str, tp_scheme: str, tp: int) -> bool:
     """Whether the pre-norms normalise each TP shard by its own statistic: a different model from the dense
-    one for every TP degree. Only BTP shards the hidden dim that the norm reads (vanilla and megatron
-    keep the residual whole), so only there does ``norm = "local"`` change the model."""
-    return norm == "local" and tp_scheme == "btp" and tp > 1
+    one for every TP degree. Only a scheme that shards the residual's hidden dim gives the norm a shard
+    to read (vanilla and megatron keep it whole), so only there does ``norm = "local"`` change the model."""
+    return norm == "local" and SCHEMES[tp_scheme].shards_residual and tp > 1
 
 
 def rank_problem(rank: int, dim: int, kv_dim: int) -> str | None:
@@ -95,9 +190,8 @@ def rank_problem(rank: int, dim: int, kv_dim: int) -> str | None:
 
 
 def groups_linears(tp_scheme: str) -> bool:
-    """Whether a scheme runs the grouped down-projections (one GEMM for q/k/v, one for gate/up): every
-    scheme but vanilla, which shards the rank dim and would split a grouped factor across members."""
-    return tp_scheme != "vanilla"
+    """Whether a scheme runs the grouped down-projections (``TPScheme.groups_linears``)."""
+    return SCHEMES[tp_scheme].groups_linears
 
 
 # ----------------------------------------------------------------------------- layout checks
@@ -105,14 +199,13 @@ def groups_linears(tp_scheme: str) -> bool:
 
 def tp_scheme_problem(linear: str, tp_scheme: str, tp: int) -> str | None:
     """The dense kind runs Megatron's plan; the low-rank kinds BTP or vanilla."""
-    if tp == 1:
+    if tp == 1 or SCHEMES[tp_scheme].takes(KINDS[linear]):
         return None
-    if not KINDS[linear].low_rank and tp_scheme != "megatron":
-        return 'the dense model (boost.linear = "full") uses tp_scheme = "megatron"'
-    if KINDS[linear].low_rank and tp_scheme == "megatron":
-        return (f'megatron is the dense baseline, but boost.linear = {linear!r}: use "btp" or "vanilla" '
-                'for low-rank kinds, or boost.linear = "full"')
-    return None
+    if not KINDS[linear].low_rank:
+        return f'the dense model (boost.linear = "full") uses tp_scheme = "{KINDS[linear].tp_scheme}"'
+    low_rank = " or ".join(f'"{s.name}"' for s in SCHEMES.values() if s.takes(KINDS[linear]))
+    return (f'{tp_scheme} is the dense baseline, but boost.linear = {linear!r}: use {low_rank} '
+            'for low-rank kinds, or boost.linear = "full"')
 
 
 def tp_shape_problem(shapes: dict[str, int], tp: int) -> str | None:
@@ -130,22 +223,23 @@ def tp_sharded_dims(n_heads: int, kv_heads: int, dim: int, ffn_dim: int) -> dict
 
 def grouping_problem(tp_scheme: str, group_linears: bool, tp: int) -> str | None:
     """vanilla TP shards the rank dim, so its down-projections run ungrouped."""
-    if tp == 1 or groups_linears(tp_scheme) or not group_linears:
+    if tp == 1 or SCHEMES[tp_scheme].groups_linears or not group_linears:
         return None
-    return ("vanilla TP shards the rank dim, which would split a grouped [r_q+r_k+r_v, d] factor across members: "
+    return (f"{tp_scheme} TP shards the rank dim, which would split a grouped [r_q+r_k+r_v, d] factor across members: "
             "add --boost.no-group-linears (boost.group_linears = false)")
 
 
 def vanilla_rank_problem(tp_scheme: str, rank: int, tp: int) -> str | None:
-    """vanilla TP shards the rank dim, so the rank divides by the TP degree."""
-    if tp == 1 or tp_scheme != "vanilla" or rank % tp == 0:
+    """A scheme that shards the rank dim needs a rank that divides by the TP degree."""
+    if tp == 1 or not SCHEMES[tp_scheme].shards_rank or rank % tp == 0:
         return None
-    return f"must be divisible by the TP degree {tp}: vanilla TP shards the rank dim"
+    return f"must be divisible by the TP degree {tp}: {tp_scheme} TP shards the rank dim"
 
 
 def online_norm_problem(linear: str, tp_scheme: str, norm: str, group_linears: bool, tp: int) -> str | None:
-    """Online RMSNorm rides in the one grouped down-projection that reads the norm (BTP, TP > 1)."""
-    if tp == 1 or tp_scheme != "btp" or norm != "online" or group_linears or not KINDS[linear].low_rank:
+    """Online RMSNorm rides in the one grouped down-projection that reads the norm (a sharded residual, TP > 1)."""
+    if tp == 1 or not SCHEMES[tp_scheme].shards_residual or norm != "online" or group_linears \
+            or not KINDS[linear].low_rank:
         return None
     return ("online RMSNorm rides in the one grouped down-projection that reads the norm; ungrouped, several "
             'read it: set boost.norm = "sync", or boost.group_linears = true')
@@ -154,7 +248,7 @@ def online_norm_problem(linear: str, tp_scheme: str, norm: str, group_linears: b
 def lowrank_ac_applies(tp_scheme: str, tp: int) -> bool:
     """Low-rank AC keeps BTP's r-wide all-reduced latents, which exist only under BTP at TP > 1 (at TP = 1,
     and under the vanilla/megatron plans whose all-reduces are d wide, there is nothing r-wide to keep)."""
-    return tp > 1 and tp_scheme == "btp"
+    return tp > 1 and SCHEMES[tp_scheme].rank_wide_collectives
 
 
 def activation_checkpoint_problem(mode: str, tp_scheme: str, tp: int) -> str | None:
@@ -229,8 +323,9 @@ def pipeline_microbatch_problem(schedule: str, local_batch_size: int, microbatch
 def sequence_parallel_problem(sequence_parallel: bool, tp_scheme: str, seq_len: int, tp: int) -> str | None:
     if not sequence_parallel or tp == 1:
         return None
-    if tp_scheme != "megatron":
-        return 'only the megatron scheme has a sequence-parallel plan: drop it, or use tp_scheme = "megatron"'
+    if not SCHEMES[tp_scheme].sequence_parallel:
+        planned = next(s.name for s in SCHEMES.values() if s.sequence_parallel)
+        return f'only the {planned} scheme has a sequence-parallel plan: drop it, or use tp_scheme = "{planned}"'
     if seq_len % tp:
         return f"shards the sequence: training.seq_len = {seq_len} must be divisible by {tp}"
     return None
