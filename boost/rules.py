@@ -176,6 +176,10 @@ def resolve_rank(dim: int, rank: int, rank_ratio: float) -> int:
     return rank if rank else max(1, round(rank_ratio * dim))
 
 
+SHARD_LOCAL_NORM_WARNING = ('boost.norm = "local": each rank normalises its shard of the hidden dim alone; the '
+                            "model is NOT the dense model and changes with the TP degree")
+
+
 def norm_is_shard_local(norm: str, tp_scheme: str, tp: int) -> bool:
     """Whether the pre-norms normalise each TP shard by its own statistic: a different model from the dense
     one for every TP degree. Only a scheme that shards the residual's hidden dim gives the norm a shard

@@ -30,18 +30,20 @@ from torch.distributed.tensor.parallel import ParallelStyle
 
 from boost.parallel.collectives import all_reduce_grad_on_backward, group_name, row_parallel_down
 from boost.parallel.norms import OnlineRMSNormDown, SyncRMSNorm, shard_rms_norm
-from boost.rules import NORM_MODES
+from boost.rules import NORM_MODES, SHARD_LOCAL_NORM_WARNING, norm_is_shard_local, tp_shape_problem
 
 
-def _check_norm_mode(norm: str) -> None:
+def check_norm_mode(norm: str) -> None:
+    """``ValueError`` naming the choices unless ``norm`` is one of ``boost.rules.NORM_MODES``."""
     if norm not in NORM_MODES:
         raise ValueError(f"norm = {norm!r} is unknown; choose one of {NORM_MODES}")
-    if norm == "local":
-        warnings.warn(
-            'norm = "local" normalises each hidden-dim shard by its own statistic: the model is NOT '
-            "equivalent to the dense (single-device) model and changes with the TP degree",
-            stacklevel=3,
-        )
+
+
+def _warn_if_shard_local(norm: str, t: int) -> None:
+    """A norm over a hidden dim split ``t`` ways, each shard normalised by its own statistic, is another
+    model than the dense one (``boost.rules.norm_is_shard_local``): say so where it is sharded."""
+    if norm_is_shard_local(norm, "btp", t):
+        warnings.warn(SHARD_LOCAL_NORM_WARNING, stacklevel=4)
 
 
 def _as_dtensor(x, mesh: DeviceMesh, layout: Placement, desired: Placement):
@@ -64,8 +66,9 @@ def _shard_param(module: nn.Module, name: str, mesh: DeviceMesh, placement: Plac
 
 
 def _divides(what: str, size: int, t: int) -> None:
-    if size % t:
-        raise ValueError(f"{what} = {size} is not divisible by the tensor-parallel degree {t}")
+    problem = tp_shape_problem({what: size}, t)
+    if problem is not None:
+        raise ValueError(f"the tensor-parallel degree {t} {problem}")
 
 
 class ReplicatedParallel(ParallelStyle):
@@ -101,10 +104,11 @@ class ShardedRMSNormParallel(ParallelStyle):
 
     def __init__(self, norm: str = "sync"):
         super().__init__()
-        _check_norm_mode(norm)
+        check_norm_mode(norm)
         self.norm = "sync" if norm == "online" else norm
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        _warn_if_shard_local(self.norm, device_mesh.size())
         _divides("norm weight size", module.weight.shape[0], device_mesh.size())
         _shard_param(module, "weight", device_mesh, Shard(0))
         _swap_forward(module, _sharded_norm_forward, group=group_name(device_mesh), mode=self.norm, dim=module.weight.shape[0])
@@ -184,7 +188,8 @@ class BoostParallelStyle(ParallelStyle):
         use_local_output: bool = True,
     ):
         super().__init__()
-        _check_norm_mode(norm_mode) if norm is not None else None
+        if norm is not None:
+            check_norm_mode(norm_mode)
         self.down, self.up, self.latent, self.norm = down, up, latent, norm
         self.norm_mode = norm_mode
         self.input_layouts = input_layouts or Shard(-1)
@@ -221,6 +226,7 @@ class BoostParallelStyle(ParallelStyle):
                 raise ValueError(f"up-projection reads {unit.weight.shape[-1]} features but the latent is {rank} wide")
         norm = module.get_submodule(self.norm) if self.norm else None
         if norm is not None:
+            _warn_if_shard_local(self.norm_mode, t)
             _divides("norm weight size", norm.weight.shape[0], t)
 
         # Parameters: A on its input dim, B on its output dim, γ on d, biases where their outputs live.

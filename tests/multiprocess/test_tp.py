@@ -8,6 +8,8 @@ on the TP mesh receive identical gradients on every rank, so they stay bit-ident
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -61,6 +63,14 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _parity_body(rank: int, world_size: int, cases, n_kv_heads) -> None:
     mesh = init_device_mesh("cpu", (world_size,))
+    # norm = "local" is another model only where the scheme shards the residual the pre-norms read
+    for kind, scheme, grouped, sharded in (("cola", "btp", True, True), ("cola", "btp", False, True),
+                                           ("cola", "vanilla", False, False), ("full", "megatron", False, False)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            apply_tp(Transformer(_args(kind, grouped)), mesh, scheme=scheme, norm="local")
+        warned = any("NOT the dense model" in str(w.message) for w in caught)
+        assert warned == sharded, f"{scheme}/grouped={grouped}: norm = local warned: {warned}"
     torch.set_default_dtype(torch.float64)
     tokens, labels = _batch(0)
     for kind, scheme, grouped, norm, sp in cases:
@@ -172,7 +182,7 @@ def _sequential_body(rank: int, world_size: int) -> None:
     # a module with no recognisable bottleneck is refused at parallelize time
     with pytest.raises(ValueError, match="no bottleneck"):
         parallelize_module(nn.Sequential(nn.Linear(d, d)), mesh, BoostParallelStyle())
-    with pytest.raises(ValueError, match="not divisible"):
+    with pytest.raises(ValueError, match=r"tensor-parallel degree 2 must divide 0\.in_features \(the full dim d\) = 33"):
         parallelize_module(nn.Sequential(nn.Linear(d + 1, r), nn.Linear(r, d)), mesh, BoostParallelStyle())
 
 
