@@ -20,7 +20,7 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 # Third-party packages the library may import besides torch, and the only modules that may.
 LIBRARY_EXTRAS = {
-    "safetensors": ("boost/interop.py",),
+    "safetensors": ("boost/interop/read.py", "boost/interop/write.py"),
     "tokenizers": ("boost/data/", "boost/trained_run.py", "boost/evaluate.py", "boost/hf_folder.py"),
     "tqdm": ("boost/evaluate.py",),
     "pyarrow": ("boost/data/local_files.py",),  # .parquet corpora (pulled in by torchtitan's datasets)
