@@ -1,11 +1,12 @@
 """DCP checkpoint folders: which folders are checkpoints, whether one is intact, which to read.
 
 One rule says which folders are checkpoints: a folder named exactly ``step-N`` (:func:`checkpoint_step`).
-torchtitan's own finder and purge *search* names for ``step-N``, so a backup such as
-``keep-step-500`` counted as step 500 (resume then failed on the missing ``step-500``) and was
-deleted by ``keep_latest_k``; BOOST's checkpoint manager (``torchtitan_ext/guards/checkpoint_manager.py``)
-uses this rule for both, the trainer's resume guard (``torchtitan_ext/guards/checkpoint_guard.py``) and
-the after-training tools (``boost.trained_run``) choose with it.
+torchtitan's own finder and purge *search* names for ``step-N``, which would take a backup such as
+``keep-step-500`` for step 500: resume would look for a ``step-500`` that does not exist, and
+``keep_latest_k`` would delete the backup. BOOST's checkpoint manager
+(``torchtitan_ext/guards/checkpoint_manager.py``) uses this rule for both, the trainer's resume guard
+(``torchtitan_ext/guards/checkpoint_guard.py``) and the after-training tools (``boost.trained_run``)
+choose with it.
 
 A folder cut short by a kill, truncated by a full disk or tampered with would fail deep inside a
 load (or worse, load). :func:`inspect_checkpoint` checks one, read-only:

@@ -1,9 +1,10 @@
 """Leave a finished distributed process without interpreter finalisation.
 
-On torch 2.13, a gloo process sometimes aborts during interpreter finalisation, after its work is
-done and its process group destroyed ("terminate called without an active exception", SIGABRT,
-no Python frame on the stack): a run that succeeded then exits -6. Seen in torchtitan training runs
-and in plain ``mp.spawn`` gloo workers alike. Call this last, on the success path only.
+On torch 2.13 a gloo process can abort during interpreter finalisation, after its work is done and
+its process group destroyed ("terminate called without an active exception", SIGABRT, no Python
+frame on the stack), so a run that succeeded would exit -6; torchtitan training runs and plain
+``mp.spawn`` gloo workers are alike in this. Skipping finalisation keeps the exit status the work's.
+Call this last, on the success path only.
 
 Example::
 

@@ -49,7 +49,7 @@ def flavour_rank(flavour: str) -> int:
 @dataclass
 class ModelArgs:
     """Shape and kind of a BOOST decoder. Field names follow torchtitan's llama3 ``TransformerModelArgs``
-    (``torchtitan_ext.model_args`` adds what torchtitan's trainer calls on it).
+    (``torchtitan_ext.model.JobModelArgs`` adds what torchtitan's trainer calls on it).
 
     Example::
 

@@ -14,7 +14,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from boost.generate import sample  # noqa: E402
-from boost.interop import load_hf, main, save_hf  # noqa: E402
+from boost.interop import load_hf, save_hf  # noqa: E402
+from boost.interop.cli import main  # noqa: E402
 from boost.model import ModelArgs, Transformer  # noqa: E402
 from boost.trained_run import load_run, load_tokenizer  # noqa: E402
 from tests.trained_runs import make_run, offline_tokenizer_dir  # noqa: E402

@@ -16,7 +16,8 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from boost.interop import densify, factorize, load_hf, load_hf_with_report, main, save_hf  # noqa: E402
+from boost.interop import densify, factorize, load_hf, load_hf_with_report, save_hf  # noqa: E402
+from boost.interop.cli import main  # noqa: E402
 from boost.model import ModelArgs, Transformer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
