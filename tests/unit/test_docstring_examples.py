@@ -21,7 +21,7 @@ NEEDS_A_PROCESS_GROUP = {
     "boost.parallel.tp_plans.apply_tp",
     "boost.process_exit",
 }
-NEEDS_A_TRAINED_RUN = {"boost.interop.save_hf", "boost.trained_run"}
+NEEDS_A_TRAINED_RUN = {"boost.interop.write.save_hf", "boost.trained_run"}
 LEFT_OUT = NEEDS_A_PROCESS_GROUP | NEEDS_A_TRAINED_RUN
 # Optional dependencies and remote code of an exported folder: no examples to run here.
 NOT_IMPORTED = ("boost.hf.", "boost.lm_eval_local")
