@@ -1,14 +1,15 @@
 """Read a job the way torchtitan does and check it: the TOML file, value types, the rule table, input files.
 
-``check_job(argv, world_size)`` reads the command line and TOML the way torchtitan does and checks,
-in order: the TOML file itself (exists, UTF-8, TOML syntax), every value's type against the
-dataclasses (``torchtitan_ext.preflight.config_types``), the range and combination rules
-(``torchtitan_ext.preflight.job_rules.RULES``, one table), then the input files (corpus, tokenizer,
+``check_job(argv, world_size)`` reads the TOML and the command line and checks, in order: the TOML
+file itself (exists, UTF-8, TOML syntax), every value's type against the dataclasses
+(``torchtitan_ext.preflight.config_types``; the command line's overrides are read against the same
+annotations by ``torchtitan_ext.preflight.command_line``), the range and combination rules
+(``torchtitan_ext.preflight.job_rules.RULES``, one table) on the values before torchtitan builds its
+dataclasses from them, then torchtitan's own parse, and the input files (corpus, tokenizer,
 checkpoint). A ``ConfigError`` names the field or file, the value and the fix; ``main`` (the
 preflight in ``run_train.sh``) prints it as one line and exits 2. ``torchtitan_ext.train`` runs
 ``check_config`` again on every rank, before any process group exists. docs/config_errors.md lists
-the rules; tests/unit/test_preflight.py and tests/unit/test_config_fuzz.py hold them to it.
-"""
+the rules; tests/unit/test_preflight.py and tests/unit/test_config_fuzz.py hold them to it."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ import contextlib
 import importlib.util
 import io
 import os
-import re
 import sys
 import warnings
+from dataclasses import is_dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 try:
@@ -30,6 +32,7 @@ except ModuleNotFoundError:  # Python < 3.11
 from boost.config_error import ConfigError, refuse
 from boost.rules import norm_is_shard_local
 from torchtitan_ext.guards.checkpoint_guard import check_resume
+from torchtitan_ext.preflight.command_line import HELP_FLAGS, parse_overrides
 from torchtitan_ext.preflight.config_types import check_instance, check_table, field_types
 from torchtitan_ext.preflight.job_rules import JobContext, broken_rule
 from torchtitan_ext.torchtitan_private import job_config_from_toml, merged_job_config_class
@@ -79,7 +82,7 @@ def _config_file_argument(argv: list[str]) -> str | None:
     return found[0] if found else None
 
 
-def _job_config_class(argv: list[str], toml_values: dict | None, config_file: str) -> type:
+def _job_config_class(argv: list[str], toml_values: dict, config_file: str | None) -> type:
     """torchtitan's JobConfig merged with ``job.custom_config_module``'s, as the trainer will build it."""
     try:
         return merged_job_config_class(argv, toml_values)
@@ -87,58 +90,11 @@ def _job_config_class(argv: list[str], toml_values: dict | None, config_file: st
         module = next((a.partition("=")[2] or argv[i + 1] for i, a in enumerate(argv)
                        if a.partition("=")[0] in ("--job.custom_config_module", "--job.custom-config-module")
                        and (("=" in a) or i + 1 < len(argv))), None)
-        if module is None and isinstance((toml_values or {}).get("job"), dict):
+        if module is None and isinstance(toml_values.get("job"), dict):
             module = toml_values["job"].get("custom_config_module")
+        where = f" (in {config_file})" if config_file else ""
         refuse("job.custom_config_module", module, f"cannot be imported as a JobConfig module ({e}); "
-                                                   f'set it to "{BOOST_CONFIG_MODULE}" (in {config_file})')
-
-
-def _one_line(tyro_message: str, argv: list[str]) -> str:
-    """tyro's boxed error, as one line: the body of its first section, and its first suggestion."""
-    sections, current = [], []
-    for line in tyro_message.splitlines():
-        text = line.strip().strip("│╭╮╰╯").strip()
-        if re.fullmatch(r"[-─╭╮╰╯ ]*", text):
-            if current:
-                sections.append(current)
-            current = []
-        elif text:
-            current.append(text)
-    sections.append(current)
-    body = next((s for s in sections[1:] if s and not s[0].startswith(("For full helptext", "Argument helptext"))),
-                sections[0])
-    message = " ".join(body)
-    suggestion = next((s[1].split()[0] for s in sections if len(s) > 1 and s[0] == "Perhaps you meant:"), None)
-    if suggestion:
-        message += f"; did you mean {suggestion}?"
-    # tyro spells fields with dashes (--optimizer.weight-decay); the TOML and BOOST's messages use the field name.
-    message = re.sub(r"--[\w.-]+", lambda m: "--" + m.group(0)[2:].replace("-", "_"), message)
-    unrecognized = re.match(r"Unrecognized options:\s*(.*)", message)
-    for value in (unrecognized.group(1).split(", ") if unrecognized else []):
-        # A value after a bool field: tyro's bools are flags (--x.y / --x.no-y) and take none.
-        flag = next((argv[i - 1] for i, a in enumerate(argv) if a == value and i and argv[i - 1].startswith("--")), None)
-        if flag and not value.startswith("--"):
-            section, _, name = flag.partition("=")[0][2:].rpartition(".")
-            message += (f"; {value!r} follows {flag}, a flag that takes no value: write --{section}.{name} "
-                        f"or --{section}.no-{name.replace('_', '-')}")
-            break
-    return f"command line: {message} (run with --help for every field)"
-
-
-def _parse_command_line(manager, argv: list[str]):
-    """torchtitan's parse (tyro) with its boxed usage errors turned into one ``ConfigError`` line."""
-    if "--help" in argv or "-h" in argv:
-        return manager.parse_args(argv)
-    captured = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
-            return manager.parse_args(argv)
-    except SystemExit as e:
-        if e.code in (0, None):
-            raise
-        raise ConfigError(_one_line(captured.getvalue(), argv)) from None
-    except (AssertionError, ValueError) as e:  # a torchtitan __post_init__ check on an overridden value
-        raise ConfigError(f"command line: torchtitan refused the configuration: {e or type(e).__name__}") from None
+                                                   f'set it to "{BOOST_CONFIG_MODULE}"{where}')
 
 
 # torchtitan's dry-run modes: one process, rank 0 of NGPU on a fake process group (init_distributed).
@@ -158,17 +114,15 @@ def world_size_from_env(job=None) -> int:
 
 
 def check_job(argv: list[str], world_size: int | None = None):
-    """Parse ``argv`` as torchtitan would and validate it; return the ``JobConfig``."""
+    """Read ``argv`` (and the TOML it names) as torchtitan would, check it, and return torchtitan's
+    ``JobConfig``."""
     from torchtitan.config import ConfigManager
 
-    manager = ConfigManager()
     config_file = _config_file_argument(argv)
-    toml_values = load_toml(config_file) if config_file else None
-    if toml_values is None:
-        job = _parse_command_line(manager, argv)
-    else:
+    toml_values = load_toml(config_file) if config_file else {}
+    config_cls = _job_config_class(argv, toml_values, config_file)
+    if config_file:
         # Before torchtitan's own parse, which would take a scalar for a section or a string for an int.
-        config_cls = _job_config_class(argv, toml_values, config_file)
         known = field_types(config_cls)
         # Known sections first: a misspelt job.custom_config_module is named before the [boost] it unlocks.
         check_table({k: v for k, v in toml_values.items() if k in known}, config_cls, source=config_file)
@@ -177,51 +131,84 @@ def check_job(argv: list[str], world_size: int | None = None):
             refuse("job.custom_config_module", job_table.get("custom_config_module", ""),
                    f'the [boost] section needs it: set it to "{BOOST_CONFIG_MODULE}" (in {config_file})')
         check_table(toml_values, config_cls, source=config_file)
-        if len(argv) == 2:
-            # Only the TOML: torchtitan's TOML-to-dataclass step is then the whole parse (tyro would
-            # return its defaults unchanged, after 0.2 s of building a parser).
-            try:
-                job = job_config_from_toml(config_cls, toml_values, config_file)
-            except (AssertionError, ValueError) as e:  # a torchtitan __post_init__ check
-                raise _refusal_of_post_init(config_cls, toml_values, world_size, e) from None
-        else:
-            job = _parse_command_line(manager, argv)
-    check_config(job, world_size if world_size is not None else world_size_from_env(job))
+    if any(arg in HELP_FLAGS for arg in argv):
+        return ConfigManager().parse_args(argv)  # tyro prints the help and exits
+    overrides = parse_overrides(argv, config_cls)
+    # BOOST's rules read the values before torchtitan's dataclasses exist: their __post_init__ checks
+    # would refuse some values without naming the field, and the rule table names it with the fix.
+    values = job_values(config_cls, _merged(toml_values, overrides))
+    world_size = world_size if world_size is not None else world_size_from_env(values)
+    _check_boost_section(values)
+    check_rules(values, world_size)
+    job = _torchtitan_job(argv, config_cls, toml_values, config_file, overrides)
+    check_config(job, world_size)
     return job
 
 
-def _assign(target, values: dict) -> None:
-    for name, value in values.items():
-        if isinstance(value, dict):
-            _assign(getattr(target, name), value)
-        else:
-            setattr(target, name, value)
+def _merged(toml_values: dict, overrides: dict) -> dict:
+    """The TOML's values with the command line's over them, section by section."""
+    merged = dict(toml_values)
+    for name, value in overrides.items():
+        merged[name] = _merged(merged.get(name, {}), value) if isinstance(value, dict) else value
+    return merged
 
 
-def _refusal_of_post_init(config_cls: type, toml_values: dict, world_size: int | None, error: Exception) -> ConfigError:
-    """The ``ConfigError`` for a TOML that one of torchtitan's ``__post_init__`` checks refused.
+def job_values(config_cls: type, values: dict) -> SimpleNamespace:
+    """``values`` over ``config_cls``'s defaults, read as the ``JobConfig`` built from them will be
+    (``job.training.steps``), without building it."""
 
-    Their messages name no field ("validation steps must be positive or -1"); the same values set
-    onto a default config, past those checks, meet BOOST's rule table, which names field and fix.
-    """
-    job = config_cls()
-    _assign(job, toml_values)
+    def section(cls: type, default, table: dict) -> SimpleNamespace:
+        return SimpleNamespace(**{
+            name: section(hint, getattr(default, name), table.get(name, {})) if is_dataclass(hint)
+            else table.get(name, getattr(default, name))
+            for name, hint in field_types(cls).items()})
+
+    return section(config_cls, config_cls(), values)
+
+
+def _torchtitan_job(argv: list[str], config_cls: type, toml_values: dict, config_file: str | None,
+                    overrides: dict):
+    """The ``JobConfig`` torchtitan builds from values the preflight has read and checked."""
+    from torchtitan.config import ConfigManager
+
+    captured = io.StringIO()
     try:
-        check_config(job, world_size if world_size is not None else world_size_from_env(job))
-    except ConfigError as refusal:
-        return refusal
-    return ConfigError(f"torchtitan refused the configuration: {error or type(error).__name__}")
+        if config_file and set(overrides) <= {"job"} and set(overrides.get("job", {})) <= {"config_file"}:
+            # Only the TOML: torchtitan's TOML-to-dataclass step is then the whole parse (tyro would
+            # return its defaults unchanged, after 0.2 s of building a parser).
+            return job_config_from_toml(config_cls, toml_values, config_file)
+        with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
+            return ConfigManager().parse_args(argv)
+    except SystemExit as e:
+        if e.code in (0, None):
+            raise
+        # The preflight's reading of the command line accepted what tyro refuses: tyro's own words, then ours.
+        sys.stderr.write(captured.getvalue())
+        raise ConfigError("command line: torchtitan's parser (tyro) refused it (above), though the preflight "
+                          "read it: a gap in torchtitan_ext.preflight.command_line") from None
+    except (AssertionError, ValueError) as e:  # a __post_init__ check the rule table does not state
+        raise ConfigError(f"torchtitan refused the configuration: {e or type(e).__name__}") from None
 
 
-def check_config(job, world_size: int) -> None:
-    """Raise ``ConfigError`` for the first thing that cannot work; warn for what works but misleads."""
-    if not hasattr(job, "boost"):
-        refuse("job.custom_config_module", job.job.custom_config_module, f'set it to "{BOOST_CONFIG_MODULE}"')
-    check_instance(job)
+def check_rules(job, world_size: int) -> None:
+    """Refuse ``job`` (a ``JobConfig``, or its values) for the first rule of the table it breaks; the
+    values are well typed (``config_types``), and [boost] is there."""
     found = broken_rule(job, world_size)
     if found is not None:
         rule, value, message = found
         refuse(rule.field, value, message)
+
+
+def _check_boost_section(job) -> None:
+    if not hasattr(job, "boost"):
+        refuse("job.custom_config_module", job.job.custom_config_module, f'set it to "{BOOST_CONFIG_MODULE}"')
+
+
+def check_config(job, world_size: int) -> None:
+    """Raise ``ConfigError`` for the first thing that cannot work; warn for what works but misleads."""
+    _check_boost_section(job)
+    check_instance(job)
+    check_rules(job, world_size)
     check_input_files(job, world_size)
     if norm_is_shard_local(job.boost.norm, job.boost.tp_scheme, job.parallelism.tensor_parallel_degree):
         warnings.warn('boost.norm = "local": each rank normalises its shard alone; the model is NOT the dense '

@@ -4,7 +4,10 @@ Each ``Rule`` names the field it refuses, says in words what must hold (the docs
 a :class:`JobContext`; a broken rule ends the check with ``<field> = <value>: <what to change>``.
 Rules run after the type check (``torchtitan_ext.preflight.config_types``), so they may assume well-typed
 values, and in table order, so a rule may assume every rule above it held (the TP-shape rules
-assume a known flavour, the batch rules a consistent mesh).
+assume a known flavour, the batch rules a consistent mesh). The preflight runs them on the job's values
+before torchtitan builds its dataclasses, whose ``__post_init__`` checks name no field: the table
+restates those checks (``validation.steps``, ``parallelism.context_parallel_load_balancer``) with the
+field and the fix.
 
 ``python -m torchtitan_ext.preflight.job_rules`` prints the table as it appears in docs/config_errors.md
 (a test keeps the two equal).
@@ -22,7 +25,6 @@ from boost import rules
 from boost.model.args import FLAVOURS, ModelArgs
 from boost.rules import AC_MODES, KINDS, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
 
-BOOST_MODEL_NAME = "boost_llama"  # the train spec torchtitan_ext.train_spec registers
 # torchtitan.components.optimizer.build_optimizers knows these two (NotImplementedError otherwise).
 OPTIMIZER_NAMES = ("Adam", "AdamW")
 # A byte-level BPE holds the 256 byte symbols plus BOS and EOS.
@@ -31,7 +33,8 @@ MIN_VOCAB_SIZE = 256 + 2
 
 @dataclass
 class JobContext:
-    """A parsed ``JobConfig`` and the world size it will run at, with the quantities rules share."""
+    """A job and the world size it will run at, with the quantities rules share. ``job`` is a
+    ``JobConfig``, or the values one will be built from, read the same way (``job.training.steps``)."""
 
     job: Any
     world_size: int
@@ -59,18 +62,18 @@ class JobContext:
 
     @property
     def non_shard_degrees(self) -> int:
-        """tp × pp × dp_replicate × cp: every mesh dimension but dp_shard."""
+        """tp × pp × dp_replicate × cp: the mesh dimensions besides dp_shard, which -1 gives the rest."""
         par = self.job.parallelism
         return self.tp * self.pp * par.data_parallel_replicate_degree * par.context_parallel_degree
 
     @property
     def dp(self) -> int:
-        """The data-parallel degree (dp_replicate × dp_shard, -1 resolved): how many different batches a step reads."""
+        """The data-parallel degree: how many different batches a step reads."""
         par = self.job.parallelism
-        shard = par.data_parallel_shard_degree
-        if shard == -1:
-            shard = self.world_size // self.non_shard_degrees
-        return par.data_parallel_replicate_degree * shard
+        return rules.data_parallel_degree(self.world_size, tp=self.tp, pp=self.pp,
+                                          cp=par.context_parallel_degree,
+                                          dp_replicate=par.data_parallel_replicate_degree,
+                                          dp_shard=par.data_parallel_shard_degree)
 
     @cached_property
     def model_args(self) -> ModelArgs:
@@ -278,7 +281,7 @@ def _profiling_applies(ctx: JobContext) -> bool:
 
 RULES: tuple[Rule, ...] = (
     # The job
-    one_of("model.name", (BOOST_MODEL_NAME,), "this launcher trains BOOST's model"),
+    one_of("model.name", (rules.MODEL_NAME,), "this launcher trains BOOST's model"),
     one_of("model.flavor", tuple(FLAVOURS)),
     one_of("boost.linear", LINEAR_KINDS),
     one_of("boost.norm", NORM_MODES),
@@ -304,6 +307,11 @@ RULES: tuple[Rule, ...] = (
          lambda c: None if c.job.parallelism.context_parallel_degree == 1 else
          "BOOST's Transformer does not take torchtitan's context-parallel positions (CP × BTP is not "
          "implemented): use 1"),
+    Rule("parallelism.context_parallel_load_balancer",
+         'a name, or None; not "" (torchtitan checks it even at CP 1)',
+         lambda c: None if c.job.parallelism.context_parallel_load_balancer != "" else
+         'an empty name is no balancer: leave it unset (torchtitan\'s "headtail"), or pass '
+         "--parallelism.context_parallel_load_balancer None for none"),
     Rule("parallelism.expert_parallel_degree", "1 (BOOST models have no experts)",
          lambda c: None if c.job.parallelism.expert_parallel_degree == 1 else "BOOST models have no experts: use 1"),
     Rule("parallelism.data_parallel_shard_degree", "-1, or tp×pp×dp_replicate×cp×dp_shard = NGPU", _mesh_fills_world),
