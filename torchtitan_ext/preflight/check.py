@@ -30,7 +30,7 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
 from boost.config_error import ConfigError, refuse
-from boost.rules import norm_is_shard_local
+from boost.rules import SHARD_LOCAL_NORM_WARNING, norm_is_shard_local
 from torchtitan_ext.guards.checkpoint_guard import check_resume
 from torchtitan_ext.preflight.command_line import HELP_FLAGS, parse_overrides
 from torchtitan_ext.preflight.config_types import check_instance, check_table, field_types
@@ -211,8 +211,7 @@ def check_config(job, world_size: int) -> None:
     check_rules(job, world_size)
     check_input_files(job, world_size)
     if norm_is_shard_local(job.boost.norm, job.boost.tp_scheme, job.parallelism.tensor_parallel_degree):
-        warnings.warn('boost.norm = "local": each rank normalises its shard alone; the model is NOT the dense '
-                      "model and changes with the TP degree", stacklevel=2)
+        warnings.warn(SHARD_LOCAL_NORM_WARNING, stacklevel=2)
 
 
 def check_input_files(job, world_size: int) -> None:
