@@ -31,7 +31,8 @@ torch 2.13 has no public hook for two shape sets per stage, nor for a vote no pe
 private names used, for an upgrade to check: ``PipelineStage._user_meta`` (built with
 ``pipelining._utils._StageMeta`` / ``extract_tensor_metas``, as its constructor does), and
 ``_prepare_forward_infra`` / ``_prepare_backward_infra`` / ``_warmup_backward_result`` (overridden),
-``args_recv_info`` / ``grad_recv_info`` (the receive buffers).
+``args_recv_info`` / ``grad_recv_info`` (the receive buffers), and ``schedules._PipelineSchedule`` (a type
+hint only).
 
 Per-token loss. torchtitan 0.2.2's pipeline schedules back-propagate the *summed* cross-entropy of
 each microbatch, while the non-pipelined trainer divides by the step's global token count before
