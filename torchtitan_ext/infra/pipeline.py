@@ -179,7 +179,8 @@ def _microbatch_shapes(job_config: JobConfig) -> tuple[tuple[int, int], tuple[in
             f"{n_microbatches} micro-batches (training.local_batch_size / "
             "parallelism.pipeline_parallel_microbatch_size); choose a multiple"
         )
-    return (micro_batch, training.seq_len), (validation.local_batch_size // n_microbatches, validation.seq_len)
+    validation_micro_batch = validation.local_batch_size // n_microbatches
+    return (micro_batch, training.seq_len), (validation_micro_batch, validation.seq_len)
 
 
 class PerTokenSchedule:
