@@ -17,7 +17,8 @@ N_LAYERS = 8
 
 
 @pytest.mark.parametrize("schedule,stages_per_rank,v_shaped", [
-    ("1F1B", 1, False), ("Interleaved1F1B", 2, False), ("Interleaved1F1B", 3, False), ("ZBVZeroBubble", 2, True),
+    ("1F1B", 1, False), ("Interleaved1F1B", 2, False), ("Interleaved1F1B", 3, False),
+    ("ZBVZeroBubble", 2, True),
 ])
 @pytest.mark.parametrize("pp", [2, 3])
 def test_fork_splits_as_torchtitan_does(schedule: str, stages_per_rank: int, v_shaped: bool, pp: int):
@@ -38,4 +39,4 @@ def test_fork_splits_as_torchtitan_does(schedule: str, stages_per_rank: int, v_s
         for index, theirs in zip(indices, parts, strict=True):
             ours = _model_part(model, module_names[index])
             assert list(ours.state_dict()) == list(theirs.state_dict()), (pp_rank, index)
-            assert [name for name, _ in ours.named_children()] == [name for name, _ in theirs.named_children()]
+            assert [n for n, _ in ours.named_children()] == [n for n, _ in theirs.named_children()]
