@@ -1,5 +1,9 @@
 """torchtitan's ``pipeline_llm`` for BOOST: stages that know their shapes, and the loss normalised per token.
 
+``pipeline_boost`` is torchtitan 0.2.2's ``pipeline_llm`` with BOOST's stages built in it: the same stage
+count and fqn split, each model part parallelised by ``parallelize_fn``, then one ``StaticShapeStage`` per
+part and one schedule over them.
+
 Static shapes. Left to itself, torch 2.13's ``PipelineStage`` learns what crosses a stage boundary at
 the first step: it runs one micro-batch forward and backward and sends the shapes to the neighbours
 (``send/recv_object_list``). BOOST knows them from the config, so each stage is given them
@@ -10,11 +14,11 @@ the first step: it runs one micro-batch forward and backward and sends the shape
     middle          residual stream            residual stream
     last            residual stream            logits [mb, s, V] (a Shard(-1) DTensor under loss-parallel TP)
 
-    residual stream [mb, s, d/t] under BTP (sharded on d), [mb, s/t, d] under Megatron with sequence
-                    parallel, else [mb, s, d]; in the dtype the blocks compute in: FSDP's
-                    ``mixed_precision_param`` where FSDP2 wraps the model (at a shard degree of 1
-                    too: ``parallelize.fsdp_wraps``), else ``training.dtype`` (torchtitan runs no
-                    autocast under PP)
+    residual stream ``SCHEMES[tp_scheme].residual_shape``: [mb, s, d/t] under BTP (sharded on d),
+                    [mb, s/t, d] under Megatron with sequence parallel, else [mb, s, d]; in the dtype
+                    the blocks compute in: FSDP's ``mixed_precision_param`` where FSDP2 wraps the
+                    model (at a shard degree of 1 too: ``parallelize.fsdp_wraps``), else
+                    ``training.dtype`` (torchtitan runs no autocast under PP)
 
 Validation runs the same schedule on micro-batches of ``validation.local_batch_size /
 n_microbatches`` × ``validation.seq_len``: the stage holds a second set of shapes for it.
@@ -25,17 +29,17 @@ other things a stage receives there (torch's start-up vote, the activations and 
 
 torch 2.13 has no public hook for two shape sets per stage, nor for a vote no peer answers; the
 private names used, for an upgrade to check: ``PipelineStage._user_meta`` (built with
-``pipelining._utils._StageMeta`` / ``extract_tensor_metas``, as its constructor does),
+``pipelining._utils._StageMeta`` / ``extract_tensor_metas``, as its constructor does), and
 ``_prepare_forward_infra`` / ``_prepare_backward_infra`` / ``_warmup_backward_result`` (overridden),
-``args_recv_info`` / ``grad_recv_info`` (the receive buffers), and a schedule's ``_stage`` /
-``_stages`` (torchtitan's ``pipeline_llm`` returns the schedule, not the stages).
+``args_recv_info`` / ``grad_recv_info`` (the receive buffers), and ``schedules._PipelineSchedule`` (a type
+hint only).
 
 Per-token loss. torchtitan 0.2.2's pipeline schedules back-propagate the *summed* cross-entropy of
 each microbatch, while the non-pipelined trainer divides by the step's global token count before
 backward — so gradients under PP are ~tokens× too large (grad_norm ~1000 instead of ~1; torchtitan
-issue #2972) and gradient clipping then distorts the update. Here each microbatch loss is divided by
-the step's global token count inside the schedule, and the recorded losses are multiplied back so
-that the trainer's logging (which divides by that count itself) is unchanged.
+issue #2972) and gradient clipping then distorts the update. ``PerTokenSchedule`` divides each
+microbatch loss by the step's global token count inside the schedule, and multiplies the recorded
+losses back, so that the trainer's logging (which divides by that count itself) is unchanged.
 
 The count is the local batch's labels (all valid: BOOST's datasets pack without padding) times the
 data-parallel degree and the gradient-accumulation steps — the trainer's ``global_valid_tokens``.
@@ -43,32 +47,32 @@ data-parallel degree and the gradient-accumulation steps — the trainer's ``glo
 
 from __future__ import annotations
 
-import functools
+import copy
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.nn as nn
+from torch import nn
 from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining._utils import _StageMeta, extract_tensor_metas
-from torch.distributed.pipelining.schedules import PipelineScheduleMulti, _PipelineSchedule
+from torch.distributed.pipelining.schedules import (
+    PipelineScheduleMulti,
+    ScheduleDualPipeV,
+    ScheduleZBVZeroBubble,
+    _PipelineSchedule,
+    get_schedule_class,
+)
 from torch.distributed.tensor import DTensor, Shard
 from torchtitan.components.loss import IGNORE_INDEX, LossFunction
 from torchtitan.config import TORCH_DTYPE_MAP, JobConfig
 from torchtitan.distributed import ParallelDims
-from torchtitan.distributed.pipeline_parallel import build_pipeline_schedule, pipeline_llm
+from torchtitan.distributed.pipeline_parallel import build_pipeline_schedule, generate_llm_fqn_per_model_part
 from torchtitan.protocols.train_spec import BaseModelArgs, ParallelizeFunction
+from torchtitan.tools.logging import logger
 
-from boost.rules import linear_kind
+from boost.rules import SCHEMES, linear_kind, pipeline_stage_count, pipeline_stages_problem
 from torchtitan_ext.infra.parallelize import fsdp_wraps
-
-
-class _PerTokenLoss:
-    def __init__(self, loss_fn):
-        self.loss_fn = loss_fn
-        self.tokens = 1.0
-
-    def __call__(self, pred, labels):
-        return self.loss_fn(pred, labels) / self.tokens
 
 
 class StaticShapeStage(PipelineStage):
@@ -143,12 +147,7 @@ def stage_examples(stage_index: int, num_stages: int, micro_batch: int, seq_len:
     cfg = job_config.boost
     tp = parallel_dims.tp if parallel_dims.tp_enabled else 1
     d, vocab = model_args.dim, model_args.vocab_size
-    if tp > 1 and cfg.tp_scheme == "btp":
-        residual = (micro_batch, seq_len, d // tp)
-    elif tp > 1 and cfg.tp_scheme == "megatron" and cfg.sequence_parallel:
-        residual = (micro_batch, seq_len // tp, d)
-    else:
-        residual = (micro_batch, seq_len, d)
+    residual = SCHEMES[cfg.tp_scheme].residual_shape(micro_batch, seq_len, d, tp, cfg.sequence_parallel)
     mixed = job_config.training.mixed_precision_param
     dtype = TORCH_DTYPE_MAP[mixed if fsdp_wraps(parallel_dims, mixed) else job_config.training.dtype]
     hidden = torch.empty(residual, dtype=dtype, device="meta", requires_grad=training)
@@ -180,52 +179,130 @@ def _microbatch_shapes(job_config: JobConfig) -> tuple[tuple[int, int], tuple[in
             f"{n_microbatches} micro-batches (training.local_batch_size / "
             "parallelism.pipeline_parallel_microbatch_size); choose a multiple"
         )
-    return (micro_batch, training.seq_len), (validation.local_batch_size // n_microbatches, validation.seq_len)
+    validation_micro_batch = validation.local_batch_size // n_microbatches
+    return (micro_batch, training.seq_len), (validation_micro_batch, validation.seq_len)
 
 
-def _schedule_stages(schedule: _PipelineSchedule) -> list[PipelineStage]:
-    return list(schedule._stages) if isinstance(schedule, PipelineScheduleMulti) else [schedule._stage]
+class PerTokenSchedule:
+    """A pipeline schedule that back-propagates each micro-batch's loss per token (module docstring).
+
+    It has the ``step`` and ``eval`` torchtitan's trainer and validator call, and hands them back the
+    losses as sums, as they record them. ``batches_per_step``: the local batches one optimizer step
+    averages over (data-parallel degree × gradient-accumulation steps), so that the local labels times
+    it are the trainer's ``global_valid_tokens``.
+    """
+
+    def __init__(self, job_config: JobConfig, stages: list[PipelineStage], loss_fn: LossFunction,
+                 batches_per_step: int) -> None:
+        self.loss_fn = loss_fn
+        self.batches_per_step = batches_per_step
+        self.tokens = 1.0  # the step's global token count, set where the target is (the last stage's ranks)
+        self.schedule: _PipelineSchedule = build_pipeline_schedule(job_config, stages, self._loss_per_token)
+
+    def _loss_per_token(self, pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return self.loss_fn(pred, labels) / self.tokens
+
+    def step(self, *args, target: torch.Tensor | None = None, losses: list | None = None, **kwargs) -> Any:
+        return self._run_per_token(self.schedule.step, args, kwargs, target, losses)
+
+    def eval(self, *args, target: torch.Tensor | None = None, losses: list | None = None, **kwargs) -> Any:
+        return self._run_per_token(self.schedule.eval, args, kwargs, target, losses)
+
+    def _run_per_token(self, run: Callable, args: tuple, kwargs: dict, target: torch.Tensor | None,
+                       losses: list | None) -> Any:
+        if target is not None:
+            self.tokens = float(int((target != IGNORE_INDEX).sum()) * self.batches_per_step)
+        out = run(*args, target=target, losses=losses, **kwargs)
+        if losses is not None:
+            losses[:] = [loss * self.tokens for loss in losses]
+        return out
+
+
+def _stage_indices(pp_rank: int, pp: int, num_stages: int, v_shaped: bool) -> tuple[int, ...]:
+    """The stages a pipeline rank holds (torchtitan's ``pipeline_module_split``): ``i, i + pp, ...`` for
+    rank ``i`` under a looped schedule; stage ``i`` and its mirror ``num_stages - 1 - i`` under a V-shaped
+    one."""
+    if v_shaped:
+        return pp_rank, num_stages - 1 - pp_rank
+    return tuple(range(pp_rank, num_stages, pp))
+
+
+def _model_part(whole: nn.Module, module_names: list[str]) -> nn.Module:
+    """A copy of ``whole`` holding only ``module_names`` (torchtitan's ``pipeline_module_split``): the
+    blocks not named are deleted from the ``layers`` ModuleDict (``layers.7`` keeps its name), the other
+    top-level modules not named become ``None``, which BOOST's ``forward`` passes over."""
+    part = copy.deepcopy(whole)
+    keep = set(module_names)
+    for name, child in list(part.named_children()):
+        if isinstance(child, nn.ModuleDict):
+            for key in list(child.keys()):
+                if f"{name}.{key}" not in keep:
+                    del child[key]
+        elif name not in keep:
+            setattr(part, name, None)
+    return part
 
 
 def pipeline_boost(model: nn.Module, parallel_dims: ParallelDims, job_config: JobConfig, device: torch.device,
                    model_args: BaseModelArgs, parallelize_fn: ParallelizeFunction, loss_fn: LossFunction
-                   ) -> tuple[_PipelineSchedule, list[nn.Module], bool, bool]:
+                   ) -> tuple[PerTokenSchedule, list[nn.Module], bool, bool]:
+    """torchtitan 0.2.2's ``pipeline_llm``, building BOOST's stages directly: the same stage count and
+    fqn split (``generate_llm_fqn_per_model_part``, or ``parallelism.module_fqns_per_model_part``), each
+    of this rank's parts parallelised by ``parallelize_fn`` and given its shapes in a ``StaticShapeStage``
+    (a ``DryRunStage`` on a dry run's fake process group), and one schedule over them with the loss per
+    token. Returns what ``pipeline_llm`` does: the schedule, the model parts, and whether this rank holds
+    the first and the last stage."""
     if not linear_kind(model_args.linear).pipelines:  # the preflight refuses it first
         raise ValueError(
             "boost.linear = lax carries latents between blocks and cannot be split into pipeline stages; "
             "use parallelism.pipeline_parallel_degree = 1 or another linear kind"
         )
-    per_token = _PerTokenLoss(loss_fn)
-    schedule, parts, has_first, has_last = pipeline_llm(
-        model, parallel_dims, job_config, device, model_args, parallelize_fn, per_token
+    par = job_config.parallelism
+    pp_mesh = parallel_dims.get_mesh("pp")
+    pp_rank, pp = pp_mesh.get_local_rank(), pp_mesh.size()
+    schedule_class = get_schedule_class(par.pipeline_parallel_schedule)
+    multi_stage = issubclass(schedule_class, PipelineScheduleMulti)
+    n_layers = model_args.n_layers
+    first_less = par.pipeline_parallel_first_stage_less_layers
+    last_less = par.pipeline_parallel_last_stage_less_layers
+    module_names = par.module_fqns_per_model_part or generate_llm_fqn_per_model_part(
+        pipeline_stage_count(multi_stage, pp, n_layers, par.pipeline_parallel_layers_per_stage, first_less,
+                             last_less),
+        n_layers, first_less, last_less,
     )
-    # torchtitan splits, parallelises and schedules the stages; they are rebuilt here with their
-    # shapes (PipelineStage takes them only at construction) and scheduled again, as torchtitan does
+    num_stages = len(module_names)
+    problem = pipeline_stages_problem(par.pipeline_parallel_schedule, multi_stage, pp, num_stages)
+    if problem:  # the preflight refuses it first where pipeline_parallel_layers_per_stage sets the count
+        field = "module_fqns_per_model_part" if par.module_fqns_per_model_part \
+            else "pipeline_parallel_layers_per_stage"
+        raise ValueError(f"parallelism.{field} = {getattr(par, field)}: {problem}")
+    for i, names in enumerate(module_names):
+        logger.debug(f"Stage {i}: {names}")
+
+    v_shaped = schedule_class in (ScheduleZBVZeroBubble, ScheduleDualPipeV)
+    indices = _stage_indices(pp_rank, pp, num_stages, v_shaped)
+    parts = []
+    for index in indices:
+        parts.append(_model_part(model, module_names[index]))
+        logger.info(f"PP rank {pp_rank} is building stage_idx {index} with modules {module_names[index]}")
+    # apply SPMD-style techniques to each part, as to a whole model without PP
+    parts = [parallelize_fn(part, parallel_dims, job_config) for part in parts]
+
+    group = pp_mesh.get_group("pp")
+    stage_class = DryRunStage if dist.get_backend(group) == dist.Backend.FAKE else StaticShapeStage
     train_shape, eval_shape = _microbatch_shapes(job_config)
     stages = []
-    for stage, part in zip(_schedule_stages(schedule), parts, strict=True):
-        index, count = stage.stage_index, stage.num_stages
-        examples = {training: stage_examples(index, count, *shape, training, job_config, parallel_dims, model_args)
+    for index, part in zip(indices, parts, strict=True):
+        examples = {training: stage_examples(index, num_stages, *shape, training, job_config, parallel_dims,
+                                             model_args)
                     for training, shape in ((True, train_shape), (False, eval_shape))}
-        stage_cls = DryRunStage if dist.get_backend(stage.group) == dist.Backend.FAKE else StaticShapeStage
-        stages.append(stage_cls(part, index, count, device, examples[True], examples[False], stage.group))
-    schedule = build_pipeline_schedule(job_config, stages, per_token)
+        stages.append(stage_class(part, index, num_stages, device, examples[True], examples[False], group))
 
+    # the trainer's global_valid_tokens: summed over the batch mesh, and over its gradient-accumulation steps
     dp = parallel_dims.get_mesh("batch").size() if parallel_dims.dp_enabled else 1
     training = job_config.training
-    global_batch = training.global_batch_size if training.global_batch_size > 0 else training.local_batch_size * dp
-    accumulation = global_batch // (training.local_batch_size * dp)
-    step = schedule.step
-
-    @functools.wraps(step)
-    def step_per_token(*args, target=None, losses=None, **kwargs):
-        if target is not None:
-            local = int((target != IGNORE_INDEX).sum())
-            per_token.tokens = float(local * dp * accumulation)
-        out = step(*args, target=target, losses=losses, **kwargs)
-        if losses is not None:
-            losses[:] = [loss * per_token.tokens for loss in losses]
-        return out
-
-    schedule.step = step_per_token
-    return schedule, parts, has_first, has_last
+    local_batch = training.local_batch_size
+    global_batch = training.global_batch_size if training.global_batch_size > 0 else local_batch * dp
+    accumulation = global_batch // (local_batch * dp)
+    schedule = PerTokenSchedule(job_config, stages, loss_fn, batches_per_step=dp * accumulation)
+    return schedule, parts, any(s.is_first for s in stages), any(s.is_last for s in stages)

@@ -1,0 +1,42 @@
+"""``pipeline_boost`` forks torchtitan 0.2.2's split (``pipeline_module_split``) so as to build BOOST's own
+stages once: the fork must give every pipeline rank the stages and the modules torchtitan's would."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing._internal.distributed.fake_pg import FakeStore
+from torchtitan.distributed.pipeline_parallel import generate_llm_fqn_per_model_part, pipeline_module_split
+
+from boost.model import ModelArgs, Transformer
+from torchtitan_ext.infra.pipeline import _model_part, _stage_indices
+
+N_LAYERS = 8
+
+
+@pytest.mark.parametrize("schedule,stages_per_rank,v_shaped", [
+    ("1F1B", 1, False), ("Interleaved1F1B", 2, False), ("Interleaved1F1B", 3, False),
+    ("ZBVZeroBubble", 2, True),
+])
+@pytest.mark.parametrize("pp", [2, 3])
+def test_fork_splits_as_torchtitan_does(schedule: str, stages_per_rank: int, v_shaped: bool, pp: int):
+    num_stages = pp * stages_per_rank
+    module_names = generate_llm_fqn_per_model_part(num_stages, N_LAYERS, 1, 1)
+    with torch.device("meta"):
+        model = Transformer(ModelArgs.from_flavour("debug", linear="cola", vocab_size=512, n_layers=N_LAYERS))
+    for pp_rank in range(pp):
+        # a fake process group as this rank: torchtitan's split reads the rank from the mesh
+        dist.init_process_group("fake", store=FakeStore(), rank=pp_rank, world_size=pp)
+        try:
+            mesh = init_device_mesh("cpu", (pp,), mesh_dim_names=("pp",))
+            stages, parts = pipeline_module_split(model, mesh, schedule, torch.device("cpu"), module_names)
+        finally:
+            dist.destroy_process_group()
+        indices = _stage_indices(pp_rank, pp, num_stages, v_shaped)
+        assert indices == tuple(stage.stage_index for stage in stages), (pp_rank, indices)
+        for index, theirs in zip(indices, parts, strict=True):
+            ours = _model_part(model, module_names[index])
+            assert list(ours.state_dict()) == list(theirs.state_dict()), (pp_rank, index)
+            assert [n for n, _ in ours.named_children()] == [n for n, _ in theirs.named_children()]
