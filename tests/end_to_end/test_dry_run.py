@@ -32,8 +32,8 @@ def test_cola_dry_runs_at_real_world_size(flavour, world_size, extra, layout):
     run = dry_run(flavour, "cola", world_size, steps=1, seq_len=16, extra=["--compile.no-enable", *extra],
                   timeout=600)
     assert run.layout.startswith(layout), run.layout
-    # local batch: one micro-batch per stage (1 without PP) on each of the fsdp ranks
-    assert run.global_batch == run.fsdp * run.pp
+    # local batch: one micro-batch per stage (1 without PP) on each of the data-parallel ranks
+    assert run.global_batch == run.dp * run.pp
     assert len(run.grad_norms) == 1 and math.isfinite(run.grad_norms[0]), run.grad_norms
     if run.pp == 1:
         assert len(run.losses) == 1 and math.isfinite(run.losses[0]), run.losses
