@@ -15,7 +15,8 @@ elementwise         bytes of norms, residual adds, RoPE, SwiGLU/σ, loss ``/ (HB
 collectives         ``count·latency + ring·elements·dtype / bus_bw``; ring = 2(t-1)/t (all-reduce),
                     (t-1)/t (all-gather, reduce-scatter); counts and elements from
                     ``boost.comm_volume.per_layer``; TP collectives are on the critical path
-pipeline (1F1B)     ``(m + p - 1) · t_stage``, i.e. a bubble of ``(p-1)/(m+p-1)``
+pipeline (1F1B)     ``(m + p - 1) · t_stage``, i.e. a bubble of ``(p-1)/(m+p-1)``; a stage sends the
+                    residual on (``TPScheme.residual_shape``) and receives its gradient at ``bus_bw``
 recompute           ``full``: the block's forward again, collectives included;
                     ``lowrank``: the forward compute again, no collective (DESIGN §4)
 optimizer           Adam over the rank's parameter shard, memory-bound (28 B/param)
@@ -202,7 +203,10 @@ def predict_step_time(
     layers_per_stage = math.ceil(args.n_layers / pp)
     T = micro_batch * seq_len
     head = _head_time(args, tp, T, hw, dtype_bytes)
-    p2p = 2 * T * (args.dim // tp) * dtype_bytes / hw.bus_bw if pp > 1 else 0.0  # activation + its grad
+    # the residual crosses each stage boundary as the scheme leaves it on a rank, and its gradient back
+    residual = SCHEMES[scheme].residual_shape(micro_batch, seq_len, args.dim, tp, sequence_parallel)
+    crossing = math.prod(residual)
+    p2p = 2 * crossing * dtype_bytes / hw.bus_bw if pp > 1 else 0.0
     # 1F1B runs at the pace of the slowest stage: the last one, which also holds the LM head and loss
     stage = layers_per_stage * (layer + recompute) + p2p + head
     pipeline = (m + pp - 1) * stage

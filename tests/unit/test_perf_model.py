@@ -96,6 +96,19 @@ def test_pipeline_bubble_and_checkpointing_cost():
     assert none < lowrank < full  # full AC also repeats the forward collectives
 
 
+@pytest.mark.parametrize("scheme,sequence_parallel,width", [
+    ("btp", False, 5120 // 4), ("vanilla", False, 5120), ("megatron", False, 5120),
+    ("megatron", True, 5120 // 4),
+])
+def test_pipeline_transfer_is_the_residual_a_rank_holds(scheme, sequence_parallel, width):
+    # 13B (d = 5120) at TP4 × PP2, one micro-batch: the boundary carries the residual as a rank holds it,
+    # d/t under btp, d under vanilla and megatron, and s/t × d under megatron's sequence parallel; 2 bytes
+    # each, forward and its gradient back, over the m + p - 1 = 2 pipeline ticks
+    parts = predict_step_time("13B", scheme, 4, 2, **PAPER_RUN, num_microbatches=1,
+                              sequence_parallel=sequence_parallel, breakdown=True)
+    assert parts["p2p"] == pytest.approx(2 * 2 * (4 * 4096 * width) * 2 / A100.bus_bw)
+
+
 def test_unknown_inputs_raise():
     with pytest.raises(ValueError, match="unknown hardware"):
         predict_step_time("7B", "btp", 4, 1, hardware="tpu", micro_batch=4, seq_len=4096)
