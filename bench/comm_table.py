@@ -13,6 +13,7 @@ import argparse
 from bench.plots import pyplot, save
 from boost import FLAVOURS, ModelArgs
 from boost.comm_volume import per_layer, total
+from boost.perf_model import model_args
 
 
 def rows(batch: int, seq: int, dtype_bytes: int, tps=(2, 4, 8)):
@@ -22,12 +23,12 @@ def rows(batch: int, seq: int, dtype_bytes: int, tps=(2, 4, 8)):
             low = ModelArgs.from_flavour(flavour, linear="cola", vocab_size=32000)
             if low.kv_heads % tp or low.n_heads % tp:
                 continue
+            # each scheme on the model it runs (perf_model.model_args: the dense one, or CoLA grouped or not)
             cases = {
-                "megatron": per_layer(ModelArgs.from_flavour(flavour, linear="full", vocab_size=32000), "megatron", tokens),
-                "vanilla": per_layer(ModelArgs.from_flavour(flavour, linear="cola", vocab_size=32000, group_linears=False),
-                                     "vanilla", tokens),
-                "btp (online)": per_layer(low, "btp", tokens, norm="online"),
-                "btp (sync)": per_layer(low, "btp", tokens, norm="sync"),
+                "megatron": per_layer(model_args(flavour, "megatron"), "megatron", tokens),
+                "vanilla": per_layer(model_args(flavour, "vanilla"), "vanilla", tokens),
+                "btp (online)": per_layer(model_args(flavour, "btp"), "btp", tokens, norm="online"),
+                "btp (sync)": per_layer(model_args(flavour, "btp"), "btp", tokens, norm="sync"),
             }
             for scheme, vol in cases.items():
                 fc, fe = total(vol["forward"])

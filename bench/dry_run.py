@@ -38,6 +38,7 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
 from boost.layout_planner import memory_per_gpu
+from boost.rules import data_parallel_degree
 from torchtitan_ext.config import linear_kind_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +60,7 @@ class DryRun:
     world_size: int
     tp: int
     pp: int
+    dp: int
     fsdp: int
     layout: str
     peak_rss: float
@@ -114,19 +116,26 @@ def effective_config(toml: dict, overrides: list[str]) -> dict:
     return config
 
 
-def _layout(config: dict, world_size: int) -> tuple[int, int, int]:
+def _layout(config: dict, world_size: int) -> tuple[int, int, int, int]:
+    """``(tp, pp, dp, fsdp)`` of the config at ``world_size``: ``dp`` batches per step
+    (``boost.rules.data_parallel_degree``, torchtitan's defaults for the fields the TOML leaves out),
+    ``fsdp`` the ranks each replica shards the weights and optimizer states over."""
     par = config["parallelism"]
     tp, pp = par.get("tensor_parallel_degree", 1), par.get("pipeline_parallel_degree", 1)
-    return tp, pp, world_size // (tp * pp)
+    replicate = par.get("data_parallel_replicate_degree", 1)
+    dp = data_parallel_degree(world_size, tp=tp, pp=pp, cp=par.get("context_parallel_degree", 1),
+                              dp_replicate=replicate, dp_shard=par.get("data_parallel_shard_degree", -1))
+    return tp, pp, dp, dp // replicate
 
 
 def predicted_bytes(config: dict, world_size: int, seq_len: int) -> float:
     """``boost.layout_planner``'s per-rank memory for the config's layout, fp32, no GPU workspace."""
-    tp, pp, dp = _layout(config, world_size)
-    boost = config["boost"]
-    return memory_per_gpu(config["model"]["flavor"], boost["tp_scheme"], tp, pp, dp, boost["activation_checkpoint"], 1,
-                          seq_len, max(pp, 1), linear=boost["linear"], dtype_bytes=4, workspace_bytes=0,
-                          compiled=config.get("compile", {}).get("enable", False))
+    tp, pp, _, fsdp = _layout(config, world_size)
+    boost, compiled = config["boost"], config.get("compile", {}).get("enable", False)
+    return memory_per_gpu(config["model"]["flavor"], boost["tp_scheme"], tp, pp, fsdp,
+                          boost["activation_checkpoint"], micro_batch=1, seq_len=seq_len,
+                          num_microbatches=max(pp, 1), linear=boost["linear"], dtype_bytes=4, workspace_bytes=0,
+                          compiled=compiled)
 
 
 def dry_run(flavour: str, kind: str, world_size: int, steps: int, seq_len: int, extra: list[str],
@@ -135,7 +144,7 @@ def dry_run(flavour: str, kind: str, world_size: int, steps: int, seq_len: int, 
     toml = flavour_toml(flavour)
     overrides = [*linear_kind_overrides(kind, toml), *extra]
     config = effective_config(toml, overrides)
-    tp, pp, dp = _layout(config, world_size)
+    tp, pp, dp, fsdp = _layout(config, world_size)
     batch = max(pp, 1)  # one micro-batch per pipeline stage in flight
     compile_args = ["--compile.backend", "aot_eager"] if config.get("compile", {}).get("enable") else []
     with tempfile.TemporaryDirectory(prefix="dry_run_") as dump:
@@ -162,9 +171,10 @@ def dry_run(flavour: str, kind: str, world_size: int, steps: int, seq_len: int, 
     stamps = {key: _stamp(log, pattern) for key, pattern in
               (("built", r"total parameters"), ("ready", r"Trainer is initialized"))}
     scheme = config["boost"]["tp_scheme"] if tp > 1 else ""
+    ac = config["boost"]["activation_checkpoint"]
     return DryRun(
-        flavour=flavour, kind=kind, world_size=world_size, tp=tp, pp=pp, fsdp=dp,
-        layout=f"tp{tp} pp{pp} fsdp{dp} {scheme} ac={config['boost']['activation_checkpoint']}".replace("  ", " "),
+        flavour=flavour, kind=kind, world_size=world_size, tp=tp, pp=pp, dp=dp, fsdp=fsdp,
+        layout=f"tp{tp} pp{pp} fsdp{fsdp} {scheme} ac={ac}".replace("  ", " "),
         peak_rss=usage.ru_maxrss * 1024, predicted=predicted_bytes(config, world_size, seq_len),
         cpu_s=usage.ru_utime + usage.ru_stime, first_step_s=first_step,
         build_init_s=stamps["ready"] - stamps["built"],

@@ -16,49 +16,62 @@ Example::
 
 from __future__ import annotations
 
-from collections import defaultdict
-
 Volume = dict[str, tuple[int, int]]  # collective kind -> (count, elements)
+Collectives = list[tuple[str, int]]  # one entry per collective: (kind, columns per token)
 
 
-def per_layer(args, scheme: str, tokens: int, norm: str = "online", sequence_parallel: bool = False) -> dict[str, Volume]:
-    """``{"forward": {kind: (count, elements)}, "backward": {...}}`` for one transformer layer."""
-    d, f, r = args.dim, args.ffn_dim, args.rank
+def _bottleneck(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, Collectives]:
+    """btp: one all-reduce of each r-wide latent each way, and the pre-norms' statistics of the sharded
+    residual (one column per token)."""
+    r = args.rank
+    readers = [3 * r, 2 * r] if args.grouped else [r] * 5  # the q/k/v and gate/up down-projections
+    latents = [("all_reduce", width) for width in [*readers, r, r]]  # + o, down
+    if norm == "online" and args.grouped:
+        # the statistic rides in its reader's all-reduce: one more column, no more collectives
+        return [("all_reduce", width + 1) for width in readers] + latents[len(readers):], latents
+    # each pre-norm's statistic: Σx² forward, Σ dy·γ·x backward
+    stats = [("all_reduce", 1)] * 2 if norm in ("online", "sync") else []
+    return latents + stats, latents + stats
+
+
+def _rank_sharded(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, Collectives]:
+    """vanilla: every B's partial output all-reduced at full width going forward; coming back, the input
+    gradient of each column-parallel A (attention's, o's, the MLP's and down's inputs)."""
+    d, f = args.dim, args.ffn_dim
     kv = args.kv_heads * args.head_dim
-    fwd: dict[str, list[int]] = defaultdict(lambda: [0, 0])
-    bwd: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    b_outputs, a_inputs = (d, kv, kv, d, f, f, d), (d, d, d, f)
+    return [("all_reduce", width) for width in b_outputs], [("all_reduce", width) for width in a_inputs]
 
-    def add(table, kind, count, width):
-        table[kind][0] += count
-        table[kind][1] += count * width * tokens
 
-    if scheme == "btp":
-        readers = [3 * r, 2 * r] if args.grouped else [r] * 5  # q/k/v and gate/up down-projections
-        for width in readers + [r, r]:  # + o, down
-            add(fwd, "all_reduce", 1, width)
-            add(bwd, "all_reduce", 1, width)
-        if norm == "online" and args.grouped:
-            # the statistic rides in the reader's all-reduce: one more column, no more collectives
-            fwd["all_reduce"][1] += 2 * tokens
-        elif norm in ("online", "sync"):
-            add(fwd, "all_reduce", 2, 1)  # Σx² of each pre-norm
-            add(bwd, "all_reduce", 2, 1)  # Σ dy·γ·x of each pre-norm
-    elif scheme == "vanilla":
-        for width in (d, kv, kv, d, f, f, d):  # every B output, full width
-            add(fwd, "all_reduce", 1, width)
-        for width in (d, d, d, f):  # attention input, o's input, ffn input, down's input
-            add(bwd, "all_reduce", 1, width)
-    elif scheme == "megatron":
-        if sequence_parallel:
-            for table, gather, scatter in ((fwd, "all_gather", "reduce_scatter"), (bwd, "reduce_scatter", "all_gather")):
-                add(table, gather, 2, d)
-                add(table, scatter, 2, d)
-        else:
-            add(fwd, "all_reduce", 2, d)
-            add(bwd, "all_reduce", 2, d)
-    else:
+def _dense(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, Collectives]:
+    """megatron: attention's and the MLP's outputs all-reduced each way; under sequence parallel each
+    all-reduce is a reduce-scatter and an all-gather (the block's two inputs), the other way round back."""
+    d = args.dim
+    if sequence_parallel:
+        there = [("all_gather", d)] * 2 + [("reduce_scatter", d)] * 2
+        return there, [("reduce_scatter", d)] * 2 + [("all_gather", d)] * 2
+    return [("all_reduce", d)] * 2, [("all_reduce", d)] * 2
+
+
+# the collectives of one layer, forward and backward, of each scheme (``boost.rules.SCHEMES``)
+COLLECTIVES = {"btp": _bottleneck, "vanilla": _rank_sharded, "megatron": _dense}
+
+
+def _tally(collectives: Collectives, tokens: int) -> Volume:
+    volume: Volume = {}
+    for kind, width in collectives:
+        count, elements = volume.get(kind, (0, 0))
+        volume[kind] = (count + 1, elements + width * tokens)
+    return volume
+
+
+def per_layer(args, scheme: str, tokens: int, norm: str = "online",
+              sequence_parallel: bool = False) -> dict[str, Volume]:
+    """``{"forward": {kind: (count, elements)}, "backward": {...}}`` for one transformer layer."""
+    if scheme not in COLLECTIVES:
         raise ValueError(f"unknown tp scheme {scheme!r}")
-    return {"forward": {k: tuple(v) for k, v in fwd.items()}, "backward": {k: tuple(v) for k, v in bwd.items()}}
+    forward, backward = COLLECTIVES[scheme](args, norm, sequence_parallel)
+    return {"forward": _tally(forward, tokens), "backward": _tally(backward, tokens)}
 
 
 def total(volume: Volume) -> tuple[int, int]:

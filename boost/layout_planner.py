@@ -31,8 +31,10 @@ logits              ``3 · 4·T·V/tp`` (fp32 logits, their grad, softmax) on th
 workspace           ``1 GiB`` (NCCL buffers, cuBLAS workspace, allocator slack)
 ==================  ============================================================================
 
-``d_res`` is ``d/tp`` for btp (the sharded residual) and ``d`` for megatron and vanilla. The ``2`` bytes
-of bf16 above are ``dtype_bytes`` (4 for the fp32 dry runs of ``bench.dry_run``).
+``d_res``, ``heads_local`` and ``f_local`` are what the scheme leaves on a rank (``boost.rules.SCHEMES``):
+``d_res`` is ``d/tp`` for btp (the sharded residual) and ``d`` for megatron and vanilla; vanilla keeps
+the heads and the FFN whole. The ``2`` bytes of bf16 above are ``dtype_bytes`` (4 for the fp32 dry runs of
+``bench.dry_run``).
 """
 
 from __future__ import annotations
@@ -44,8 +46,15 @@ from dataclasses import dataclass
 
 from boost import rules
 from boost.model.args import FLAVOURS, flavour_rank
-from boost.perf_model import args_params, block_gemms, get_hardware, model_args, predict_step_time
-from boost.rules import AC_MODES, TP_SCHEMES
+from boost.perf_model import (
+    args_params,
+    block_gemms,
+    get_hardware,
+    model_args,
+    predict_step_time,
+    scheme_linear,
+)
+from boost.rules import AC_MODES, SCHEMES
 
 WORKSPACE_BYTES = 2**30
 
@@ -67,7 +76,7 @@ class Layout:
             f"--parallelism.tensor_parallel_degree {self.tp}",
             f"--parallelism.pipeline_parallel_degree {self.pp}",
             f"--parallelism.data_parallel_shard_degree {self.dp}",
-            f"--boost.linear {linear if self.scheme != 'megatron' else 'full'}",
+            f"--boost.linear {scheme_linear(self.scheme, linear)}",
             f"--boost.tp_scheme {self.scheme}",
             f"--boost.activation_checkpoint {self.ac}",
         ]
@@ -81,8 +90,9 @@ class Layout:
         return " ".join(parts)
 
 
-def memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch, seq_len, num_microbatches,
-                   vocab_size=32000, linear="cola", dtype_bytes: int = 2, workspace_bytes: float = WORKSPACE_BYTES,
+def memory_per_gpu(flavour: str, scheme: str, tp: int, pp: int, dp: int, ac: str, *, micro_batch: int,
+                   seq_len: int, num_microbatches: int, vocab_size: int = 32000, linear: str = "cola",
+                   dtype_bytes: int = 2, workspace_bytes: float = WORKSPACE_BYTES,
                    compiled: bool = False) -> float:
     """Peak bytes on one GPU (module docstring's formulas). ``dtype_bytes`` is the dtype the run computes
     in (2 for bf16, 4 for fp32 as in the CPU dry runs of ``bench.dry_run``): the all-gathered weights,
@@ -106,9 +116,9 @@ def memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch, seq_len, num_mi
     # a layer's backward: its unsharded gradient, and FSDP2's fp32 reduce-scatter input beside it
     unsharded += (dtype_bytes + 4) * layer_params / tp
     states = 16 * params_stage / (tp * dp) + unsharded
-    heads = args.n_heads if scheme == "vanilla" else args.n_heads // tp
-    d_res = args.dim // tp if scheme == "btp" else args.dim
-    f_local = args.ffn_dim if scheme == "vanilla" else args.ffn_dim // tp
+    record = SCHEMES[scheme]
+    heads, d_res, f_local = (record.local(args.n_heads, tp), record.residual_width(args.dim, tp),
+                             record.local(args.ffn_dim, tp))
     gemm_inputs = sum(K * batch for _, K, _, batch in block_gemms(args, scheme, tp, T))
     a_layer = dtype_bytes * T * (gemm_inputs + 4 * heads * args.head_dim + 4 * d_res + 2 * f_local) + 4 * T * heads
     a_keep = {"none": a_layer, "full": dtype_bytes * T * d_res, "lowrank": dtype_bytes * T * (d_res + 7 * args.rank)}[ac]
@@ -124,7 +134,7 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def enumerate_layouts(flavour: str, gpus: int, hardware: str, seq_len: int = 4096, micro_batch: int = 4,
+def enumerate_layouts(flavour: str, gpus: int, hardware: str, *, seq_len: int = 4096, micro_batch: int = 4,
                       memory_gb: float | None = None, linear: str = "cola", num_microbatches: int | None = None,
                       vocab_size: int = 32000) -> list[Layout]:
     """All layouts that fit, fastest (highest tokens/s per step) first. Raises ``ValueError`` on
@@ -135,9 +145,9 @@ def enumerate_layouts(flavour: str, gpus: int, hardware: str, seq_len: int = 409
     if gpus < 1:
         raise ValueError(f"--gpus must be positive, got {gpus}")
     budget = (memory_gb * 1e9) if memory_gb else hw.memory_bytes
-    rules.linear_kind(linear)
+    kind = rules.linear_kind(linear)
     # the schemes this kind runs under tensor parallelism (the preflight's rule, at any TP > 1)
-    schemes = [scheme for scheme in TP_SCHEMES if rules.tp_scheme_problem(linear, scheme, tp=2) is None]
+    schemes = [scheme.name for scheme in SCHEMES.values() if scheme.takes(kind)]
     f = FLAVOURS[flavour]
     n_layers, rank = f.n_layers, flavour_rank(flavour)
     sharded = {**rules.tp_sharded_dims(f.n_heads, f.n_kv_heads, f.dim, f.ffn_dim), "vocab_size": vocab_size}
@@ -156,13 +166,14 @@ def enumerate_layouts(flavour: str, gpus: int, hardware: str, seq_len: int = 409
                 for ac in AC_MODES:
                     if rules.activation_checkpoint_problem(ac, scheme, tp):
                         continue
-                    mem = memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch, seq_len, m, vocab_size, linear,
-                                         compiled=True)  # BOOST ships compiled
+                    mem = memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch=micro_batch,
+                                         seq_len=seq_len, num_microbatches=m, vocab_size=vocab_size,
+                                         linear=linear, compiled=True)  # BOOST ships compiled
                     if mem > budget:
                         continue
-                    t = predict_step_time(flavour, scheme, tp, pp, hw, micro_batch, seq_len, dp=dp,
-                                          num_microbatches=m, activation_checkpoint=ac, vocab_size=vocab_size,
-                                          linear=linear)
+                    t = predict_step_time(flavour, scheme, tp, pp, hardware=hw, micro_batch=micro_batch,
+                                          seq_len=seq_len, dp=dp, num_microbatches=m, activation_checkpoint=ac,
+                                          vocab_size=vocab_size, linear=linear)
                     tokens = m * dp * micro_batch * seq_len
                     layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t))
     if not layouts:
@@ -197,8 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=_positive_int, default=10)
     opts = parser.parse_args(argv)
     try:
-        layouts = enumerate_layouts(opts.flavour, opts.gpus, opts.hardware, opts.seq_len, opts.micro_batch,
-                                    opts.memory_gb, opts.linear, opts.num_microbatches)
+        layouts = enumerate_layouts(opts.flavour, opts.gpus, opts.hardware, seq_len=opts.seq_len,
+                                    micro_batch=opts.micro_batch, memory_gb=opts.memory_gb, linear=opts.linear,
+                                    num_microbatches=opts.num_microbatches)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -15,7 +15,8 @@ elementwise         bytes of norms, residual adds, RoPE, SwiGLU/σ, loss ``/ (HB
 collectives         ``count·latency + ring·elements·dtype / bus_bw``; ring = 2(t-1)/t (all-reduce),
                     (t-1)/t (all-gather, reduce-scatter); counts and elements from
                     ``boost.comm_volume.per_layer``; TP collectives are on the critical path
-pipeline (1F1B)     ``(m + p - 1) · t_stage``, i.e. a bubble of ``(p-1)/(m+p-1)``
+pipeline (1F1B)     ``(m + p - 1) · t_stage``, i.e. a bubble of ``(p-1)/(m+p-1)``; a stage sends the
+                    residual on (``TPScheme.residual_shape``) and receives its gradient at ``bus_bw``
 recompute           ``full``: the block's forward again, collectives included;
                     ``lowrank``: the forward compute again, no collective (DESIGN §4)
 optimizer           Adam over the rank's parameter shard, memory-bound (28 B/param)
@@ -30,7 +31,9 @@ Example::
     0.76
     >>> parts = predict_step_time("7B", "vanilla", tp=4, pp=1, hardware="a100", micro_batch=4, seq_len=4096,
     ...                           breakdown=True)
-    >>> parts["attn_fwd"] > 3 * predict_step_time("7B", "btp", 4, 1, "a100", 4, 4096, breakdown=True)["attn_fwd"]
+    >>> btp = predict_step_time("7B", "btp", 4, 1, hardware="a100", micro_batch=4, seq_len=4096,
+    ...                         breakdown=True)
+    >>> parts["attn_fwd"] > 3 * btp["attn_fwd"]
     True
 """
 
@@ -41,18 +44,27 @@ import math
 from boost.comm_volume import per_layer
 from boost.model.args import ModelArgs, matmul_params
 from boost.perf_model.hardware import Hardware, get_hardware
-from boost.rules import AC_MODES, KINDS, TP_SCHEMES, groups_linears
+from boost.rules import AC_MODES, KINDS, SCHEMES, TP_SCHEMES
+
+DENSE_KIND = next(kind.name for kind in KINDS.values() if not kind.low_rank)
+
+
+def scheme_linear(scheme: str, linear: str) -> str:
+    """The linear kind a layout of ``scheme`` runs when ``linear`` is asked for: the dense scheme compares
+    against the dense model whatever low-rank kind the others run."""
+    return linear if SCHEMES[scheme].low_rank else DENSE_KIND
 
 
 def model_args(flavour: str, scheme: str, vocab_size: int = 32000, linear: str = "cola") -> ModelArgs:
-    """The model a scheme runs: megatron the dense model, vanilla ungrouped low-rank, btp grouped."""
+    """The model a scheme runs (``scheme_linear``), its down-projections grouped where the scheme keeps
+    the rank dim whole."""
     if scheme not in TP_SCHEMES:
         raise ValueError(f"unknown tp scheme {scheme!r}; choose one of {TP_SCHEMES}")
-    if scheme == "megatron":
-        return ModelArgs.from_flavour(flavour, linear="full", vocab_size=vocab_size)
-    if not KINDS[linear].low_rank:
-        raise ValueError(f"scheme {scheme!r} needs a low-rank linear kind, not 'full'")
-    return ModelArgs.from_flavour(flavour, linear=linear, vocab_size=vocab_size, group_linears=groups_linears(scheme))
+    kind = scheme_linear(scheme, linear)
+    if not SCHEMES[scheme].takes(KINDS[kind]):
+        raise ValueError(f"scheme {scheme!r} needs a low-rank linear kind, not {kind!r}")
+    return ModelArgs.from_flavour(flavour, linear=kind, vocab_size=vocab_size,
+                                  group_linears=SCHEMES[scheme].groups_linears)
 
 
 def args_params(args: ModelArgs) -> int:
@@ -61,24 +73,32 @@ def args_params(args: ModelArgs) -> int:
 
 
 def block_gemms(args: ModelArgs, scheme: str, tp: int, tokens: int) -> list[tuple[int, int, int, int]]:
-    """Forward GEMMs of one block on one rank: ``(M, K, N, batch)`` with ``y[M,N] = x[M,K] W[K,N]``."""
-    d, f, r, t, T = args.dim, args.ffn_dim, args.rank, tp, tokens
+    """Forward GEMMs of one block on one rank: ``(M, K, N, batch)`` with ``y[M,N] = x[M,K] W[K,N]``.
+
+    Each width is what the scheme leaves on a rank (``boost.rules.TPScheme``): the residual (q/k/v's,
+    gate/up's inputs, o's and down's outputs), the heads (q/k/v's outputs, o's input), the FFN columns
+    and the rank. btp: A row-parallel on its d_in, B column-parallel on d_out, r whole; vanilla: A
+    column-parallel on r, B row-parallel (a full-width partial output); megatron: the dense projections
+    column- then row-parallel.
+    """
+    record, t, T = SCHEMES[scheme], tp, tokens
     kv = args.kv_heads * args.head_dim
-    outs = [d, kv, kv, d, f, f, d]  # q k v o gate up down
-    ins = [d, d, d, d, d, d, f]
-    if scheme == "megatron":
-        return [(T, d, d // t, 1), (T, d, kv // t, 2), (T, d // t, d, 1), (T, d, f // t, 2), (T, f // t, d, 1)]
-    if scheme == "vanilla":  # A column-parallel on r, B row-parallel (full-width partial output)
-        return [g for k, n in zip(ins, outs) for g in ((T, k, r // t, 1), (T, r // t, n, 1))]
-    # btp: A row-parallel on its d_in, B column-parallel on d_out; r stays whole
+    res, heads, kv_heads, ff = (record.residual_width(args.dim, t), record.local(args.dim, t),
+                                record.local(kv, t), record.local(args.ffn_dim, t))
+    if not args.low_rank:  # q; k|v batched; o; gate|up batched; down
+        return [(T, res, heads, 1), (T, res, kv_heads, 2), (T, heads, res, 1),
+                (T, res, ff, 2), (T, ff, res, 1)]
+    r = record.latent_width(args.rank, t)
     if args.grouped:
         return [
-            (T, d // t, 3 * r, 1), (T, r, d // t, 1), (T, r, kv // t, 2),  # A_qkv; B_q, B_k|B_v batched
-            (T, d // t, r, 1), (T, r, d // t, 1),  # o
-            (T, d // t, 2 * r, 1), (T, r, f // t, 2),  # A_gu; B_g|B_u batched
-            (T, f // t, r, 1), (T, r, d // t, 1),  # down
+            (T, res, 3 * r, 1), (T, r, heads, 1), (T, r, kv_heads, 2),  # A_qkv; B_q, B_k|B_v batched
+            (T, heads, r, 1), (T, r, res, 1),  # o
+            (T, res, 2 * r, 1), (T, r, ff, 2),  # A_gu; B_g|B_u batched
+            (T, ff, r, 1), (T, r, res, 1),  # down
         ]
-    return [g for k, n in zip(ins, outs) for g in ((T, k // t, r, 1), (T, r, n // t, 1))]
+    ins = [res, res, res, heads, res, res, ff]  # q k v o gate up down
+    outs = [heads, kv_heads, kv_heads, res, ff, ff, res]
+    return [g for k, n in zip(ins, outs) for g in ((T, k, r, 1), (T, r, n, 1))]
 
 
 def gemm_time(M: int, K: int, N: int, hw: Hardware, dtype_bytes: int = 2, batch: int = 1) -> float:
@@ -110,20 +130,20 @@ def _elementwise_bytes(args: ModelArgs, scheme: str, tp: int, tokens: int, norm:
     """HBM bytes of one block's memory-bound ops, forward and backward (passes × width × T × dtype).
 
     Passes: RMSNorm 2 fwd / 3 bwd, residual add 3 / 1, RoPE 2 / 2 on q and k, SwiGLU or gate⊙up
-    3 / 5 on f, σ on each r-latent 2 / 3. Megatron and vanilla keep the residual, norms (and vanilla
-    also attention's RoPE and the f-wide product) replicated at full width; btp works on d/t, f/t.
+    3 / 5 on f, σ on each r-latent 2 / 3, each at the width the scheme leaves on a rank: megatron and
+    vanilla keep the residual and norms (vanilla also attention's RoPE and the f-wide product)
+    replicated at full width; btp works on d/t, f/t.
     """
-    d, f, r, t = args.dim, args.ffn_dim, args.rank, tp
+    record, d, r, t = SCHEMES[scheme], args.dim, args.rank, tp
     kv = args.kv_heads * args.head_dim
-    res = d // t if scheme == "btp" else d
-    qk = (d + kv) // t if scheme in ("btp", "megatron") else d + kv
-    ff = f // t if scheme in ("btp", "megatron") else f
+    res, qk, ff = record.residual_width(d, t), record.local(d + kv, t), record.local(args.ffn_dim, t)
     fwd = 2 * 2 * res + 2 * 3 * res + 2 * qk + 3 * ff
     bwd = 2 * 3 * res + 2 * 1 * res + 2 * qk + 5 * ff
     if KINDS[args.linear].latent_activation:
-        lat = 7 * (r if scheme == "btp" else r // t)
+        lat = 7 * record.latent_width(r, t)
         fwd, bwd = fwd + 2 * lat, bwd + 3 * lat
-    if scheme == "btp" and norm in ("online", "sync"):  # the custom norm Function runs at t = 1 too
+    # a sharded residual's norm runs the custom norm Function, at t = 1 too
+    if record.shards_residual and norm in ("online", "sync"):
         # fp32 Σx² over the shard and the rescale of the (3r, 2r) latents, both directions
         fwd += 2 * res * 2 + 2 * 5 * r
         bwd += 2 * res * 2 + 2 * 5 * r
@@ -132,13 +152,14 @@ def _elementwise_bytes(args: ModelArgs, scheme: str, tp: int, tokens: int, norm:
 
 def attention_time(args: ModelArgs, scheme: str, tp: int, micro_batch: int, seq_len: int, hw: Hardware) -> tuple[float, float]:
     """Causal flash attention, fwd and bwd (bwd = 2.5× fwd FLOPs: it recomputes the scores)."""
-    heads = args.n_heads if scheme == "vanilla" else args.n_heads // tp  # vanilla: q/k/v replicated
+    heads = SCHEMES[scheme].local(args.n_heads, tp)  # vanilla: q/k/v replicated
     fwd = 4.0 * micro_batch * seq_len * seq_len * heads * args.head_dim * 0.5
     rate = hw.peak_flops * hw.eta_attn
     return fwd / rate, 2.5 * fwd / rate
 
 
-def layer_times(args, scheme, tp, micro_batch, seq_len, hw, norm="online", dtype_bytes=2, sequence_parallel=False) -> dict[str, float]:
+def layer_times(args: ModelArgs, scheme: str, tp: int, *, micro_batch: int, seq_len: int, hw: Hardware,
+                norm: str = "online", dtype_bytes: int = 2, sequence_parallel: bool = False) -> dict[str, float]:
     """Seconds of one block for one micro-batch on one rank, by component and direction."""
     T = micro_batch * seq_len
     g_fwd, g_bwd = _gemm_fwd_bwd(block_gemms(args, scheme, tp, T), hw, dtype_bytes)
@@ -160,7 +181,7 @@ def _head_time(args, tp, tokens, hw, dtype_bytes) -> float:
 
 
 def predict_step_time(
-    flavour: str, scheme: str, tp: int, pp: int, hardware: str | Hardware, micro_batch: int, seq_len: int,
+    flavour: str, scheme: str, tp: int, pp: int, *, hardware: str | Hardware, micro_batch: int, seq_len: int,
     dp: int = 1, num_microbatches: int | None = None, activation_checkpoint: str = "none",
     dtype_bytes: int = 2, vocab_size: int = 32000, linear: str = "cola", norm: str = "online",
     sequence_parallel: bool = False, breakdown: bool = False,
@@ -174,14 +195,18 @@ def predict_step_time(
         raise ValueError(f"unknown activation_checkpoint {activation_checkpoint!r}; choose one of {AC_MODES}")
     args = model_args(flavour, scheme, vocab_size, linear)
     m = num_microbatches or max(1, pp - 1)
-    lt = layer_times(args, scheme, tp, micro_batch, seq_len, hw, norm, dtype_bytes, sequence_parallel)
+    lt = layer_times(args, scheme, tp, micro_batch=micro_batch, seq_len=seq_len, hw=hw, norm=norm,
+                     dtype_bytes=dtype_bytes, sequence_parallel=sequence_parallel)
     fwd = lt["gemm_fwd"] + lt["attn_fwd"] + lt["elem_fwd"]
     layer = hw.t_layer + fwd + lt["gemm_bwd"] + lt["attn_bwd"] + lt["elem_bwd"] + lt["comm_fwd"] + lt["comm_bwd"]
     recompute = {"none": 0.0, "full": fwd + lt["comm_fwd"], "lowrank": fwd}[activation_checkpoint]
     layers_per_stage = math.ceil(args.n_layers / pp)
     T = micro_batch * seq_len
     head = _head_time(args, tp, T, hw, dtype_bytes)
-    p2p = 2 * T * (args.dim // tp) * dtype_bytes / hw.bus_bw if pp > 1 else 0.0  # activation + its grad
+    # the residual crosses each stage boundary as the scheme leaves it on a rank, and its gradient back
+    residual = SCHEMES[scheme].residual_shape(micro_batch, seq_len, args.dim, tp, sequence_parallel)
+    crossing = math.prod(residual)
+    p2p = 2 * crossing * dtype_bytes / hw.bus_bw if pp > 1 else 0.0
     # 1F1B runs at the pace of the slowest stage: the last one, which also holds the LM head and loss
     stage = layers_per_stage * (layer + recompute) + p2p + head
     pipeline = (m + pp - 1) * stage

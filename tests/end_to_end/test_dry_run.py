@@ -4,8 +4,8 @@ through ``run_train.sh`` (``DRY_RUN=1``), the shipped TOML as is but for a short
 The world size reaches every part from ``NGPU``: torchtitan's mesh (the global batch is the local batch ×
 the FSDP degree), BOOST's checks (tp 4 at world size 1 would be refused) and the pipeline split (rank 0
 builds stage 0 of ``pp`` and runs the 1F1B schedule with static stage shapes: no shape message can
-arrive on a fake process group). The memory check is the issue-11 bound: peak RSS ≤ 1.5 × ``boost.layout_planner``'s
-per-rank prediction + the process overhead.
+arrive on a fake process group). The memory check is the dry run's bound (``DryRun.within_prediction``):
+peak RSS ≤ 1.5 × ``boost.layout_planner``'s per-rank prediction + the process overhead.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ def test_cola_dry_runs_at_real_world_size(flavour, world_size, extra, layout):
     run = dry_run(flavour, "cola", world_size, steps=1, seq_len=16, extra=["--compile.no-enable", *extra],
                   timeout=600)
     assert run.layout.startswith(layout), run.layout
-    # local batch: one micro-batch per stage (1 without PP) on each of the fsdp ranks
-    assert run.global_batch == run.fsdp * run.pp
+    # local batch: one micro-batch per stage (1 without PP) on each of the data-parallel ranks
+    assert run.global_batch == run.dp * run.pp
     assert len(run.grad_norms) == 1 and math.isfinite(run.grad_norms[0]), run.grad_norms
     if run.pp == 1:
         assert len(run.losses) == 1 and math.isfinite(run.losses[0]), run.losses

@@ -27,6 +27,7 @@ from boost.layout_planner import enumerate_layouts, main as plan_main
 # every term of vanilla's excess (replicated attention and elementwise, d-wide all-reduces) grows
 # with d by ≈1.25×, whatever the constants; see docs/perf_model.md, "Against the paper".
 KNOWN_MISSES = {("1B", "vanilla"), ("3B", "vanilla"), ("13B", "vanilla")}
+PAPER_RUN = dict(hardware="a100", micro_batch=4, seq_len=4096)  # the reference paper's machine and batch
 
 
 def test_paper_table_within_15_percent():
@@ -58,7 +59,7 @@ def test_paper_comm_row_within_15_percent():
 
 @pytest.mark.parametrize("flavour,tp", [("3B", 2), ("7B", 4), ("13B", 4), ("30B", 8)])
 def test_btp_fastest_with_tensor_parallelism(flavour, tp):
-    times = {s: predict_step_time(flavour, s, tp, 1, "a100", micro_batch=4, seq_len=4096)
+    times = {s: predict_step_time(flavour, s, tp, 1, **PAPER_RUN)
              for s in ("btp", "vanilla", "megatron")}
     assert times["btp"] < times["vanilla"] and times["btp"] < times["megatron"], times
 
@@ -85,23 +86,36 @@ def test_comm_grows_step_time_in_vanilla_more_than_btp():
 
 
 def test_pipeline_bubble_and_checkpointing_cost():
-    one = predict_step_time("13B", "btp", 4, 2, "a100", 4, 4096, num_microbatches=1)
-    many = predict_step_time("13B", "btp", 4, 2, "a100", 4, 4096, num_microbatches=16)
+    one = predict_step_time("13B", "btp", 4, 2, **PAPER_RUN, num_microbatches=1)
+    many = predict_step_time("13B", "btp", 4, 2, **PAPER_RUN, num_microbatches=16)
     # per micro-batch: (m + p - 1)/m falls from 2 towards 1
     assert many / 16 < one
-    none = predict_step_time("7B", "btp", 4, 1, "a100", 4, 4096, activation_checkpoint="none")
-    lowrank = predict_step_time("7B", "btp", 4, 1, "a100", 4, 4096, activation_checkpoint="lowrank")
-    full = predict_step_time("7B", "btp", 4, 1, "a100", 4, 4096, activation_checkpoint="full")
+    none = predict_step_time("7B", "btp", 4, 1, **PAPER_RUN, activation_checkpoint="none")
+    lowrank = predict_step_time("7B", "btp", 4, 1, **PAPER_RUN, activation_checkpoint="lowrank")
+    full = predict_step_time("7B", "btp", 4, 1, **PAPER_RUN, activation_checkpoint="full")
     assert none < lowrank < full  # full AC also repeats the forward collectives
+
+
+@pytest.mark.parametrize("scheme,sequence_parallel,width", [
+    ("btp", False, 5120 // 4), ("vanilla", False, 5120), ("megatron", False, 5120),
+    ("megatron", True, 5120 // 4),
+])
+def test_pipeline_transfer_is_the_residual_a_rank_holds(scheme, sequence_parallel, width):
+    # 13B (d = 5120) at TP4 × PP2, one micro-batch: the boundary carries the residual as a rank holds it,
+    # d/t under btp, d under vanilla and megatron, and s/t × d under megatron's sequence parallel; 2 bytes
+    # each, forward and its gradient back, over the m + p - 1 = 2 pipeline ticks
+    parts = predict_step_time("13B", scheme, 4, 2, **PAPER_RUN, num_microbatches=1,
+                              sequence_parallel=sequence_parallel, breakdown=True)
+    assert parts["p2p"] == pytest.approx(2 * 2 * (4 * 4096 * width) * 2 / A100.bus_bw)
 
 
 def test_unknown_inputs_raise():
     with pytest.raises(ValueError, match="unknown hardware"):
-        predict_step_time("7B", "btp", 4, 1, "tpu", 4, 4096)
+        predict_step_time("7B", "btp", 4, 1, hardware="tpu", micro_batch=4, seq_len=4096)
     with pytest.raises(ValueError, match="unknown tp scheme"):
-        predict_step_time("7B", "zigzag", 4, 1, "a100", 4, 4096)
+        predict_step_time("7B", "zigzag", 4, 1, **PAPER_RUN)
     with pytest.raises(ValueError, match="unknown flavour"):
-        predict_step_time("9B", "btp", 4, 1, "a100", 4, 4096)
+        predict_step_time("9B", "btp", 4, 1, **PAPER_RUN)
 
 
 def test_planner_7b_on_16_a100():
