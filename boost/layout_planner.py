@@ -52,7 +52,6 @@ from boost.perf_model import (
     get_hardware,
     model_args,
     predict_step_time,
-    scheme_linear,
 )
 from boost.rules import AC_MODES, SCHEMES
 
@@ -76,7 +75,7 @@ class Layout:
             f"--parallelism.tensor_parallel_degree {self.tp}",
             f"--parallelism.pipeline_parallel_degree {self.pp}",
             f"--parallelism.data_parallel_shard_degree {self.dp}",
-            f"--boost.linear {scheme_linear(self.scheme, linear)}",
+            f"--boost.linear {SCHEMES[self.scheme].kind_for(linear)}",
             f"--boost.tp_scheme {self.scheme}",
             f"--boost.activation_checkpoint {self.ac}",
         ]

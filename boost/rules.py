@@ -57,6 +57,7 @@ KINDS: dict[str, LinearKind] = {
     )
 }
 LINEAR_KINDS = tuple(KINDS)
+DENSE_KIND = next(kind.name for kind in KINDS.values() if not kind.low_rank)
 
 @dataclass(frozen=True)
 class TPScheme:
@@ -99,6 +100,11 @@ class TPScheme:
     def takes(self, kind: LinearKind) -> bool:
         """Whether it runs models of ``kind``: the dense plan the dense kind, the others the low-rank kinds."""
         return kind.low_rank == self.low_rank
+
+    def kind_for(self, linear: str) -> str:
+        """The linear kind a layout of this scheme runs where ``linear`` is asked for: the dense plan runs
+        the dense model, whatever low-rank kind the other schemes run."""
+        return linear if self.low_rank else DENSE_KIND
 
     def residual_width(self, dim: int, tp: int) -> int:
         """The hidden width of the residual stream on one rank."""

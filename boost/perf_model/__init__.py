@@ -27,7 +27,6 @@ from boost.perf_model.reference_table import (
     print_paper_table,
 )
 from boost.perf_model.step_time import (
-    DENSE_KIND,
     args_params,
     attention_time,
     block_gemms,
@@ -36,13 +35,11 @@ from boost.perf_model.step_time import (
     layer_times,
     model_args,
     predict_step_time,
-    scheme_linear,
 )
 
 __all__ = [
-    "A100", "CPU_GLOO", "DENSE_KIND", "H100", "HARDWARE", "Hardware", "PAPER_COMM_7B", "PAPER_STEP_TIMES",
+    "A100", "CPU_GLOO", "H100", "HARDWARE", "Hardware", "PAPER_COMM_7B", "PAPER_STEP_TIMES",
     "args_params", "attention_time", "block_gemms", "calibrate_cpu", "collective_time", "fit_a100",
     "forward_comm_per_layer", "gemm_time", "get_hardware", "layer_times", "model_args",
     "paper_microbatches", "paper_table", "predict_step_time", "print_paper_table",
-    "scheme_linear",
 ]

@@ -46,21 +46,12 @@ from boost.model.args import ModelArgs, matmul_params
 from boost.perf_model.hardware import Hardware, get_hardware
 from boost.rules import AC_MODES, KINDS, SCHEMES, TP_SCHEMES
 
-DENSE_KIND = next(kind.name for kind in KINDS.values() if not kind.low_rank)
-
-
-def scheme_linear(scheme: str, linear: str) -> str:
-    """The linear kind a layout of ``scheme`` runs when ``linear`` is asked for: the dense scheme compares
-    against the dense model whatever low-rank kind the others run."""
-    return linear if SCHEMES[scheme].low_rank else DENSE_KIND
-
-
 def model_args(flavour: str, scheme: str, vocab_size: int = 32000, linear: str = "cola") -> ModelArgs:
-    """The model a scheme runs (``scheme_linear``), its down-projections grouped where the scheme keeps
+    """The model a scheme runs (``TPScheme.kind_for``), its down-projections grouped where the scheme keeps
     the rank dim whole."""
     if scheme not in TP_SCHEMES:
         raise ValueError(f"unknown tp scheme {scheme!r}; choose one of {TP_SCHEMES}")
-    kind = scheme_linear(scheme, linear)
+    kind = SCHEMES[scheme].kind_for(linear)
     if not SCHEMES[scheme].takes(KINDS[kind]):
         raise ValueError(f"scheme {scheme!r} needs a low-rank linear kind, not {kind!r}")
     return ModelArgs.from_flavour(flavour, linear=kind, vocab_size=vocab_size,
