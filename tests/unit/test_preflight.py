@@ -64,7 +64,7 @@ CASES = [
     (["--training.seq_len", "1"], 1, "training.seq_len = 1"),
     (["--training.steps", "0"], 1, "training.steps = 0"),
     (["--model.flavor", "2B"], 1, "model.flavor = '2B': choose one of"),
-    # Ranges and names torchtitan would only trip over after every rank started (issue 14)
+    # Ranges and names torchtitan would only trip over after every rank started
     (["--checkpoint.interval", "0"], 1, "checkpoint.interval = 0: must be at least 1"),
     (["--metrics.log_freq", "0"], 1, "metrics.log_freq = 0: must be at least 1"),
     (["--validation.freq", "0"], 1, "validation.freq = 0: must be at least 1"),
@@ -83,7 +83,7 @@ CASES = [
     (["--training.dataset_path", "corpus.jsonl"], 1,
      "training.dataset_path = 'corpus.jsonl': the stdlib datasets read the interpreter's sources and would ignore it"),
     (["--experimental.custom_import", "no.such.module"], 1, "experimental.custom_import = 'no.such.module': no such module"),
-    # Feature combinations (issue 10)
+    # Feature combinations
     (["--parallelism.context_parallel_degree", "2"], 2, "parallelism.context_parallel_degree = 2: BOOST's Transformer does not"),
     (["--activation_checkpoint.mode", "full", "--boost.activation_checkpoint", "lowrank"], 1,
      "activation_checkpoint.mode = 'full': conflicts with boost.activation_checkpoint = 'lowrank'"),
