@@ -76,10 +76,13 @@ def test_torchtitans_manager_is_adopted_and_loads_the_plan_without_the_data_posi
     _save_step(checkpoint, 8, 2.0)  # the newest, which torchtitan would load by itself
     job = _job(tmp_path / "out", 1, "--checkpoint.keep_latest_k", "3")
     read = copy.deepcopy(job)
-    model, dataloader, train_state = nn.Linear(2, 2), Held(dp_rank_0=torch.tensor([-1])), Held(step=torch.tensor(0))
-    built = CheckpointManager(dataloader=dataloader, model_parts=[model], optimizers=Held(m=torch.zeros(1)),
-                              lr_schedulers=Held(last=torch.zeros(1)), states={"train_state": train_state},
-                              checkpoint_config=job.checkpoint, sd_adapter=None, base_folder=job.job.dump_folder)
+    model = nn.Linear(2, 2)
+    dataloader, train_state = Held(dp_rank_0=torch.tensor([-1])), Held(step=torch.tensor(0))
+    built = CheckpointManager(
+        dataloader=dataloader, model_parts=[model], optimizers=Held(m=torch.zeros(1)),
+        lr_schedulers=Held(last=torch.zeros(1)), states={"train_state": train_state},
+        checkpoint_config=job.checkpoint, sd_adapter=None, base_folder=job.job.dump_folder,
+    )
     purge_thread = built.purge_thread
     try:
         manager = BoostCheckpointManager.adopt(built, model_identity=None,

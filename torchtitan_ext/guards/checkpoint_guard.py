@@ -120,9 +120,11 @@ def saved_data_parallel_degree(checkpoint: Path) -> int | None:
 def job_data_parallel_degree(job, world_size: int) -> int:
     """How many different batches a step of ``job`` reads at ``world_size`` (``boost.rules``)."""
     par = job.parallelism
-    return data_parallel_degree(world_size, tp=par.tensor_parallel_degree, pp=par.pipeline_parallel_degree,
-                                cp=par.context_parallel_degree, dp_replicate=par.data_parallel_replicate_degree,
-                                dp_shard=par.data_parallel_shard_degree)
+    return data_parallel_degree(
+        world_size, tp=par.tensor_parallel_degree, pp=par.pipeline_parallel_degree,
+        cp=par.context_parallel_degree, dp_replicate=par.data_parallel_replicate_degree,
+        dp_shard=par.data_parallel_shard_degree,
+    )
 
 
 @dataclass(frozen=True)

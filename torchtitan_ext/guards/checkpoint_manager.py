@@ -51,7 +51,7 @@ class BoostCheckpointManager(CheckpointManager):
 
         Args:
             manager: the ``CheckpointManager`` torchtitan's ``Trainer.__init__`` built (not yet used).
-            model_identity: ``checkpoint_identity.model_identity`` of the trained model; ``None`` records none.
+            model_identity: ``checkpoint_identity.model_identity`` of the trained model (``None``: none).
             resume_plan: what ``load`` loads (``checkpoint_guard.prepare_resume``).
         """
         manager.__class__ = cls
