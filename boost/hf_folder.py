@@ -27,6 +27,7 @@ import torch
 
 from boost.hf import REMOTE_CODE_FILES
 from boost.model.args import ModelArgs
+from boost.rules import MODEL_NAME
 
 # BOOST per-projection name -> Hugging Face module name, inside layer i (LLaMA's).
 PROJECTIONS = {
@@ -39,7 +40,7 @@ PROJECTIONS = {
     "feed_forward.w2": "mlp.down_proj",
 }
 NORMS = {"attention_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
-MODEL_TYPE = "boost_llama"
+MODEL_TYPE = MODEL_NAME  # config.json's model_type: BoostConfig.model_type in boost/hf/ says the same
 AUTO_MAP = {
     "AutoConfig": "configuration_boost.BoostConfig",
     "AutoModelForCausalLM": "modeling_boost.BoostForCausalLM",

@@ -20,9 +20,12 @@ upgrade of torchtitan knows where to look):
 - ``CheckpointManager._save_last_step`` and ``CheckpointManager._find_load_step``
   (``torchtitan_ext.guards.checkpoint_manager``): purge stale checkpoints after the last save too, and
   resume only from step folders whose ``.metadata`` is complete.
+- ``Trainer.__init__`` builds ``Trainer.checkpointer`` as a plain ``CheckpointManager``: BOOST adopts
+  that instance as its subclass (``BoostCheckpointManager.adopt``, a class swap) and sets its
+  ``exclude_from_loading`` to skip a data position that cannot be resharded.
 
-Public API used instead of private names: ``torchtitan.protocols.train_spec.get_train_spec`` (is
-the spec registered?) rather than ``_extra_train_specs``; torch's ``create_selective_checkpoint_contexts``
+Public API used instead of private names: torchtitan's ``register_train_spec`` (called once, by the
+entry point) rather than ``_extra_train_specs``; torch's ``create_selective_checkpoint_contexts``
 rather than torchtitan's ``_op_sac_save_list``.
 """
 

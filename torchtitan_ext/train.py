@@ -10,12 +10,10 @@ import sys
 import time
 
 import torch.distributed as dist
-
-import torchtitan_ext.train_spec  # noqa: F401  (registers the "boost_llama" train spec)
-
 from torchtitan.train import main, Trainer
 
 from boost.process_exit import exit_finished_process
+from boost.rules import MODEL_NAME
 from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, prepare_resume
 from torchtitan_ext.guards.checkpoint_identity import model_identity
 from torchtitan_ext.guards.checkpoint_manager import BoostCheckpointManager
@@ -23,6 +21,7 @@ from torchtitan_ext.guards.graceful_stop import GracefulStop
 from torchtitan_ext.guards.launcher_watch import end_with_launcher
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
+from torchtitan_ext.train_spec import register_boost_train_spec
 
 
 # How long ranks other than 0 wait, after a refusal, for torchrun to stop them once rank 0 has exited.
@@ -32,6 +31,8 @@ _REFUSAL_GRACE_S = 30
 class BoostTrainer(Trainer):
     """torchtitan's ``Trainer``: config and checkpoint checks first, the run folder held for the life
     of the run, checkpoints that record their model, and an orderly exit."""
+
+    checkpointer: BoostCheckpointManager
 
     def __init__(self, job_config):
         if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun, not a dry run's shell
@@ -46,39 +47,24 @@ class BoostTrainer(Trainer):
         try:
             # rank 0 holds the folder; the other ranks are stopped by torchrun if it refuses
             self.run_lock = RunLock.acquire(job_config.job.dump_folder) if os.environ.get("RANK", "0") == "0" else None
-            prepare_resume(job_config, world_size_from_env(job_config))
+            resume_plan = prepare_resume(job_config, world_size_from_env(job_config))
         except (CheckpointRefused, RunFolderInUse) as e:
             if os.environ.get("RANK", "0") == "0":
                 print(e, file=sys.stderr, flush=True)
             else:
-                # Every rank refuses alike; rank 0 says why. A rank leaving first would have torchrun
-                # stop rank 0 before it printed (seen), so the others wait to be stopped with it.
+                # Every rank refuses alike; rank 0 says why. A rank leaving first has torchrun stop
+                # rank 0, perhaps before it printed, so the others wait to be stopped with it.
                 time.sleep(_REFUSAL_GRACE_S)
             raise SystemExit(2) from None
         super().__init__(job_config)
-        self._record_model_identity()
+        records = self.checkpointer.enable and job_config.model.name == MODEL_NAME
+        self.checkpointer = BoostCheckpointManager.adopt(
+            self.checkpointer,
+            model_identity=model_identity(self.model_args, job_config) if records else None,
+            resume_plan=resume_plan,
+        )
         self.stop.device = self.device
         self._start_step: int | None = None
-
-    def _record_model_identity(self) -> None:
-        """Swap torchtitan's checkpoint manager for BOOST's (same arguments as torchtitan's ``__init__``
-        passes; torchtitan 0.2.2 has no hook to choose the class), which records the model it saves."""
-        plain = self.checkpointer
-        if not plain.enable:
-            return
-        plain.close()  # stops its purge thread; nothing was saved or loaded yet
-        self.checkpointer = BoostCheckpointManager(
-            dataloader=self.dataloader,
-            model_parts=self.model_parts,
-            optimizers=self.optimizers,
-            lr_schedulers=self.lr_schedulers,
-            states={"train_state": self},
-            checkpoint_config=self.job_config.checkpoint,
-            sd_adapter=plain.sd_adapter,
-            base_folder=self.job_config.job.dump_folder,
-            model_identity=model_identity(self.model_args, self.job_config)
-            if self.job_config.model.name == "boost_llama" else None,
-        )
 
     def train_step(self, data_iterator) -> None:
         self.metrics_processor.step_begins(self.step)  # which steps the communication counter watches
@@ -97,7 +83,7 @@ class BoostTrainer(Trainer):
         name = signal.Signals(self.stop.signum).name if self.stop.signum else "a signal on another rank"
         if self.step == self._start_step:
             said = "before its first step: nothing new to save"
-        elif isinstance(self.checkpointer, BoostCheckpointManager) and self.checkpointer.save_at_stop(self.step):
+        elif self.checkpointer.save_at_stop(self.step):
             said = f"checkpoint {self.checkpointer.folder}/step-{self.step} saved; run the same command to resume"
         else:
             said = "checkpointing is off: nothing saved"
@@ -107,14 +93,14 @@ class BoostTrainer(Trainer):
 
     def train(self) -> None:
         super().train()
-        # torchtitan's rank 0 sleeps after the last step while the other ranks go straight on to
-        # destroy_process_group; on gloo, ranks tearing down at different times once aborted
-        # (SIGABRT) a run that had finished. Leave together. Only after a normal finish: a rank
-        # that raised must not wait here for peers that may be gone.
+        # Ranks leave together: torchtitan's rank 0 sleeps after the last step while the others go
+        # straight on to destroy_process_group, and gloo aborts (SIGABRT) on an uneven teardown.
+        # Only after a normal finish: a rank that raised must not wait here for peers that may be gone.
         if dist.is_initialized():
             dist.barrier()
 
 
 if __name__ == "__main__":
+    register_boost_train_spec()
     main(BoostTrainer)  # raises on failure: only a finished run reaches the next line
     exit_finished_process()  # see boost.process_exit: gloo can abort in interpreter finalisation

@@ -1,19 +1,24 @@
-"""Register the ``boost_llama`` train spec with torchtitan (imported via ``--experimental.custom_import``)."""
+"""The ``boost_llama`` train spec and its registration with torchtitan.
+
+Registered once per process, by ``register_boost_train_spec`` in the entry point
+(``torchtitan_ext.train``), before torchtitan's trainer looks the spec up: the BOOST trainer trains
+this model alone (the preflight refuses any other ``model.name``), so it does not depend on
+``--experimental.custom_import``. Importing this module registers nothing.
+"""
 
 from torchtitan.components.loss import build_cross_entropy_loss
 from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.components.optimizer import build_optimizers
-from torchtitan.protocols.train_spec import TrainSpec, get_train_spec as registered_train_spec, register_train_spec
+from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 
 from boost.model import FLAVOURS
+from boost.rules import MODEL_NAME
 from torchtitan_ext.metrics import build_boost_metrics_processor
 from torchtitan_ext.model import JobModelArgs, JobTransformer
 from torchtitan_ext.infra.parallelize import parallelize_boost
 from torchtitan_ext.infra.pipeline import pipeline_boost
 from torchtitan_ext.data.text_datasets import build_boost_dataloader, build_boost_validator
 from torchtitan_ext.data.tokenizer import build_boost_tokenizer
-
-TRAIN_SPEC_NAME = "boost_llama"
 
 
 def get_train_spec() -> TrainSpec:
@@ -33,7 +38,6 @@ def get_train_spec() -> TrainSpec:
     )
 
 
-try:  # registered already where this module was imported under another name (e.g. a test's importlib)
-    registered_train_spec(TRAIN_SPEC_NAME)
-except ValueError:
-    register_train_spec(TRAIN_SPEC_NAME, get_train_spec())
+def register_boost_train_spec() -> None:
+    """Register the spec as ``boost.rules.MODEL_NAME``; torchtitan raises if a process registers it twice."""
+    register_train_spec(MODEL_NAME, get_train_spec())

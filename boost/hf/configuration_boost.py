@@ -9,6 +9,8 @@ from transformers import LlamaConfig
 
 
 class BoostConfig(LlamaConfig):
+    # boost.rules.MODEL_NAME, spelled out: this file is loaded from an exported folder without BOOST
+    # installed (tests/unit/test_start_once.py holds the two equal)
     model_type = "boost_llama"
     # transformers' tensor-parallel plan shards dense q/k/v/o...; these projections are two factors each.
     base_model_tp_plan = {}

@@ -3,8 +3,9 @@
 torchtitan resumes from the highest ``step-N`` folder under ``job.dump_folder/checkpoint.folder``
 that has a ``.metadata`` file. Before the trainer starts, every rank (read-only, so no coordination
 is needed) picks instead the newest *intact* checkpoint by ``boost.checkpoint_folder``'s rules (the
-folder name, the ``.metadata`` allowlist, the data files, the weights-only items), and the trainer
-pins ``checkpoint.load_step`` to it, so torchtitan loads exactly what was checked. Each skipped
+folder name, the ``.metadata`` allowlist, the data files, the weights-only items) into a ``ResumePlan``,
+which the checkpoint manager loads, so torchtitan loads exactly what was checked; the job
+configuration is read, never written. Each skipped
 checkpoint is named with its reason, and nothing is deleted or overwritten. The chosen checkpoint's
 recorded model (``checkpoint_identity.py``) must be the job's: resuming into another model is
 refused, naming each differing field. ``check_resume`` runs all of it in ``run_train.sh``'s
@@ -15,9 +16,11 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from boost.checkpoint_folder import checkpoint_folders, choose_checkpoint, inspect_checkpoint, read_metadata
+from boost.rules import data_parallel_degree
 from torchtitan_ext.guards.checkpoint_identity import (
     describe_differences,
     identity_differences,
@@ -115,25 +118,42 @@ def saved_data_parallel_degree(checkpoint: Path) -> int | None:
 
 
 def job_data_parallel_degree(job, world_size: int) -> int:
-    """dp_replicate × dp_shard of ``job`` at ``world_size`` (dp_shard = -1 takes what the others leave)."""
+    """How many different batches a step of ``job`` reads at ``world_size`` (``boost.rules``)."""
     par = job.parallelism
-    shard = par.data_parallel_shard_degree
-    if shard == -1:
-        others = (par.tensor_parallel_degree * par.pipeline_parallel_degree * par.context_parallel_degree
-                  * par.data_parallel_replicate_degree)
-        shard = world_size // others
-    return shard * par.data_parallel_replicate_degree
+    return data_parallel_degree(
+        world_size, tp=par.tensor_parallel_degree, pp=par.pipeline_parallel_degree,
+        cp=par.context_parallel_degree, dp_replicate=par.data_parallel_replicate_degree,
+        dp_shard=par.data_parallel_shard_degree,
+    )
 
 
-def prepare_resume(job, world_size: int) -> None:
-    """In every rank before torchtitan's trainer starts: choose the checkpoint and pin
-    ``checkpoint.load_step`` to it, refuse another model's, and let a new data-parallel degree resume.
+@dataclass(frozen=True)
+class ResumePlan:
+    """What the trainer loads, derived once from the job and its checkpoint folder (the job is left as read).
 
-    Messages print on rank 0 only; refusals raise ``CheckpointRefused`` on every rank.
+    Attributes:
+        step: the step folder of this run to load; -1 for none of them (a fresh start, or
+            ``checkpoint.initial_load_path``, which torchtitan reads while the run has no checkpoint folder).
+        skip_dataloader: the data position is not loaded: it was saved at another data-parallel degree.
+        warnings: what rank 0 said about the choice (skipped checkpoints, an unchecked identity, the data).
+    """
+
+    step: int = -1
+    skip_dataloader: bool = False
+    warnings: tuple[str, ...] = ()
+
+
+def prepare_resume(job, world_size: int) -> ResumePlan:
+    """In every rank before torchtitan's trainer starts: choose the checkpoint to load, refuse another
+    model's, and let a new data-parallel degree resume without its data position.
+
+    Messages print on rank 0 as they are found; refusals raise ``CheckpointRefused`` on every rank.
     """
     rank0 = os.environ.get("RANK", "0") == "0"
+    said: list[str] = []
 
     def say(message: str) -> None:
+        said.append(message)
         if rank0:
             print(f"BOOST: {message}", file=sys.stderr, flush=True)
 
@@ -143,20 +163,21 @@ def prepare_resume(job, world_size: int) -> None:
         say(f"skipping checkpoint {folder / f'step-{bad}'}: {reason}")
     if skipped:
         say(f"resuming from the newest intact checkpoint, step {step}")
-    if step is not None:
-        job.checkpoint.load_step = step  # torchtitan loads exactly what was checked here
+    load_step = -1 if step is None else step
     if path is None:
-        return
+        return ResumePlan(step=load_step, warnings=tuple(said))
     unchecked = check_model_identity(path, job)
     if unchecked:
         say(f"warning: {unchecked}")
     if step is None or step == 0 or "dataloader" in job.checkpoint.exclude_from_loading:
-        return  # initial loads and the seed checkpoint (step 0) load the model only
+        # initial loads and the seed checkpoint (step 0) load the model only
+        return ResumePlan(step=load_step, warnings=tuple(said))
     saved, now = saved_data_parallel_degree(path), job_data_parallel_degree(job, world_size)
-    if saved is not None and saved != now:
+    moved = saved is not None and saved != now
+    if moved:
         # torchtitan keeps one data position per DP rank and cannot reshard them (it asserts); model,
         # optimizer, LR schedule and step reshard through DCP.
-        job.checkpoint.exclude_from_loading = [*job.checkpoint.exclude_from_loading, "dataloader"]
         say(f"warning: the data-parallel degree changed from {saved} (checkpoint) to {now}: the data position "
             "cannot be resharded, so every data-parallel rank starts its shard of the data from its beginning "
             "(model, optimizer, LR schedule and step resume)")
+    return ResumePlan(step=load_step, skip_dataloader=moved, warnings=tuple(said))

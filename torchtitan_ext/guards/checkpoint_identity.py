@@ -30,7 +30,7 @@ from importlib import metadata
 from pathlib import Path
 
 from boost.model.args import FLAVOURS, ModelArgs
-from boost.rules import norm_is_shard_local
+from boost.rules import MODEL_NAME, norm_is_shard_local
 
 IDENTITY_FILE = "boost_model.json"
 
@@ -108,7 +108,7 @@ def planned_model_identity(job) -> dict | None:
     Built the way torchtitan does it: the flavour's args, then ``update_from_config`` (which reads
     the tokenizer's vocabulary).
     """
-    if job.model.name != "boost_llama" or job.model.flavor not in FLAVOURS:
+    if job.model.name != MODEL_NAME or job.model.flavor not in FLAVOURS:
         return None
     from torchtitan_ext.model import JobModelArgs  # reads the tokenizer: only when a checkpoint is checked
 

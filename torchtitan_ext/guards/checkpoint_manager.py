@@ -11,35 +11,64 @@ Three changes to torchtitan 0.2.2's manager, each in the method that owns the be
   purge, so every run that ends on a save kept ``keep_latest_k + 1`` checkpoints (4 with
   ``keep_latest_k = 3`` after a resume); the purge now follows that save too.
 
+- ``load``: the step of the trainer's ``ResumePlan`` (``checkpoint_guard.prepare_resume``), without
+  the data position when the plan skips it, so the job configuration stays as it was read.
+
 And one addition, ``save_at_stop``: a full checkpoint of the current step whatever the interval, for a
 run stopped by a signal (``graceful_stop.py``).
+
+torchtitan 0.2.2's ``Trainer.__init__`` builds its ``CheckpointManager`` itself, with no hook to choose
+the class. ``BoostCheckpointManager.adopt`` turns that instance into this class (as FSDP2's
+``fully_shard`` swaps a module's class), so the manager is built once: one purge thread, one async
+process group, nothing to close and rebuild. The subclass adds methods and three attributes, no state
+of torchtitan's.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 import torch.distributed as dist
-from torchtitan.components.checkpoint import CheckpointManager
+from torchtitan.components.checkpoint import DATALOADER, CheckpointManager
 
 from boost.checkpoint_folder import checkpoint_folders, checkpoint_step
+from torchtitan_ext.guards.checkpoint_guard import ResumePlan
 from torchtitan_ext.guards.checkpoint_identity import write_identity
 
 
 class BoostCheckpointManager(CheckpointManager):
-    """``CheckpointManager`` that records ``model_identity`` with every checkpoint (see module docstring).
+    """``CheckpointManager`` that loads a ``ResumePlan`` and records ``model_identity`` with every
+    checkpoint (see module docstring). Made by ``adopt`` from the manager torchtitan's trainer built."""
 
-    Args:
-        model_identity: ``checkpoint_identity.model_identity`` of the trained model; ``None`` records none.
-        *args, **kwargs: torchtitan's ``CheckpointManager`` arguments.
-    """
+    model_identity: dict | None
+    resume_plan: ResumePlan
 
-    def __init__(self, *args: Any, model_identity: dict | None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.model_identity = model_identity
-        self._saved_step = -1
-        self._forced = False
+    @classmethod
+    def adopt(cls, manager: CheckpointManager, *, model_identity: dict | None,
+              resume_plan: ResumePlan) -> BoostCheckpointManager:
+        """``manager``, now of this class, with what it records and what it loads.
+
+        Args:
+            manager: the ``CheckpointManager`` torchtitan's ``Trainer.__init__`` built (not yet used).
+            model_identity: ``checkpoint_identity.model_identity`` of the trained model (``None``: none).
+            resume_plan: what ``load`` loads (``checkpoint_guard.prepare_resume``).
+        """
+        manager.__class__ = cls
+        adopted = cast(BoostCheckpointManager, manager)
+        adopted.model_identity = model_identity
+        adopted.resume_plan = resume_plan
+        adopted._saved_step = -1
+        adopted._forced = False
+        if adopted.enable and resume_plan.skip_dataloader:
+            # a list of its own: the job's checkpoint.exclude_from_loading is left as read
+            adopted.exclude_from_loading = [*adopted.exclude_from_loading, DATALOADER]
+        return adopted
+
+    def load(self, step: int = -1) -> bool:
+        """Load the plan's step. torchtitan's trainer passes ``checkpoint.load_step``, from which the
+        plan was derived (the step it names, or the newest intact one for -1)."""
+        return super().load(step=self.resume_plan.step)
 
     def save(self, curr_step: int, last_step: bool = False) -> None:
         if self._should_save(curr_step, last_step):

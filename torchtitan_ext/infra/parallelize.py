@@ -6,6 +6,7 @@ so is one FSDP2 argument: where a batched up-projection is sharded (``shard_plac
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -44,8 +45,8 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
         boost.parallel.apply_compiled_full_ac(model)  # keeps attention: see boost.parallel.checkpointing
         logger.info("Applied full activation checkpointing to the model (attention output kept, for torch.compile)")
     elif ac_mode == "full":
-        ac_config = job_config.activation_checkpoint
-        ac_config.mode = "full"
+        # torchtitan's section with its mode set, as a copy: the job is read, never written
+        ac_config = dataclasses.replace(job_config.activation_checkpoint, mode="full")
         apply_ac(model, ac_config, model_compile_enabled=compile_model, base_folder=job_config.job.dump_folder)
     elif ac_mode == "lowrank":
         boost.parallel.apply_lowrank_ac(model, compiled=compile_model)
