@@ -1,6 +1,6 @@
 """BOOST's registration and glue with torchtitan 0.2.2 (the library, ``boost``, knows nothing of it).
 
-- ``train_spec``: the ``boost_llama`` train spec (``--experimental.custom_import``); ``model``: the
+- ``train_spec``: the ``boost_llama`` train spec (registered by ``train``); ``model``: the
   calls torchtitan's trainer makes on the model and its args; ``config``: the ``[boost]`` section
   (``--job.custom_config_module``).
 - ``infra/``: torchtitan's parallelize and pipeline functions for BOOST models.

@@ -42,7 +42,7 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
     # mode beside it). "full" is torchtitan's whole-block AC, applied by torchtitan's own code.
     ac_mode = cfg.activation_checkpoint
     if ac_mode == "full" and compile_model:
-        boost.parallel.apply_compiled_full_ac(model)  # keeps attention: see boost.parallel.checkpointing
+        boost.parallel.apply_compiled_full_ac(model)  # keeps attention: see boost.parallel.activation_checkpoint
         logger.info("Applied full activation checkpointing to the model (attention output kept, for torch.compile)")
     elif ac_mode == "full":
         # torchtitan's section with its mode set, as a copy: the job is read, never written

@@ -234,7 +234,8 @@ def check_input_files(job, world_size: int) -> None:
         except (ImportError, ValueError):
             spec = None
         if spec is None:
-            refuse("experimental.custom_import", module, 'no such module; BOOST\'s is "torchtitan_ext.train_spec"')
+            refuse("experimental.custom_import", module,
+                   "no such module; BOOST's trainer needs none (it registers its model itself): leave it unset")
 
 
 def main(argv: list[str] | None = None) -> None:
