@@ -1,6 +1,6 @@
 """The three system optimisations on and off, measured in one run on CPU/gloo at TP=2.
 
-    python -m bench.ablations --flavour 60M --seq 256 --batch 8 --reps 5
+    python -m bench.ablations --flavor 60M --seq 256 --batch 8 --reps 5
 
 Rows: grouping on/off (online norm), online vs sync norm (grouped), activation checkpointing
 none / full / lowrank. Columns: collectives and bytes per step (counted), median step time over
@@ -26,14 +26,14 @@ VARIANTS = {
 }
 
 
-def _body(rank, world_size, flavour, seq, batch, reps, warmup):
+def _body(rank, world_size, flavor, seq, batch, reps, warmup):
     mesh = mesh_of(world_size)
     tokens = torch.randint(0, 2048, (batch, seq), generator=torch.Generator().manual_seed(0))
     out = {}
     comm = {}
     runs = {}
     for name, kw in VARIANTS.items():
-        runs[name] = build(flavour, "cola", "btp", mesh, seq=seq, **kw)
+        runs[name] = build(flavor, "cola", "btp", mesh, seq=seq, **kw)
         comm[name] = count_step(*runs[name], tokens)
     times = {name: [] for name in runs}
     held = {name: [] for name in runs}
@@ -53,16 +53,16 @@ def _body(rank, world_size, flavour, seq, batch, reps, warmup):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--tp", type=int, default=2)
-    p.add_argument("--flavour", default="60M")
+    p.add_argument("--flavor", default="60M")
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     a = p.parse_args()
-    res = spawn(_body, a.tp, a.flavour, a.seq, a.batch, a.reps, a.warmup)
+    res = spawn(_body, a.tp, a.flavor, a.seq, a.batch, a.reps, a.warmup)
     lines = [
-        f"# Ablations at TP={a.tp} on CPU/gloo — CoLA {a.flavour}, seq {a.seq}, batch {a.batch}, {a.reps} interleaved reps",
-        f"date {datetime.date.today()}; command: python -m bench.ablations --tp {a.tp} --flavour {a.flavour} "
+        f"# Ablations at TP={a.tp} on CPU/gloo — CoLA {a.flavor}, seq {a.seq}, batch {a.batch}, {a.reps} interleaved reps",
+        f"date {datetime.date.today()}; command: python -m bench.ablations --tp {a.tp} --flavor {a.flavor} "
         f"--seq {a.seq} --batch {a.batch} --reps {a.reps}",
         "",
         "| variant | collectives/step | MiB/step | step s (median) | activation MiB (fwd-held, rank 0) |",

@@ -11,29 +11,29 @@ from __future__ import annotations
 import argparse
 
 from bench.plots import pyplot, save
-from boost import FLAVOURS, ModelArgs
+from boost import FLAVORS, ModelArgs
 from boost.comm_volume import per_layer, total
 from boost.perf_model import model_args
 
 
 def rows(batch: int, seq: int, dtype_bytes: int, tps=(2, 4, 8)):
     tokens = batch * seq
-    for flavour in FLAVOURS:
+    for flavor in FLAVORS:
         for tp in tps:
-            low = ModelArgs.from_flavour(flavour, linear="cola", vocab_size=32000)
+            low = ModelArgs.from_flavor(flavor, linear="cola", vocab_size=32000)
             if low.kv_heads % tp or low.n_heads % tp:
                 continue
             # each scheme on the model it runs (perf_model.model_args: the dense one, or CoLA grouped or not)
             cases = {
-                "megatron": per_layer(model_args(flavour, "megatron"), "megatron", tokens),
-                "vanilla": per_layer(model_args(flavour, "vanilla"), "vanilla", tokens),
-                "btp (online)": per_layer(model_args(flavour, "btp"), "btp", tokens, norm="online"),
-                "btp (sync)": per_layer(model_args(flavour, "btp"), "btp", tokens, norm="sync"),
+                "megatron": per_layer(model_args(flavor, "megatron"), "megatron", tokens),
+                "vanilla": per_layer(model_args(flavor, "vanilla"), "vanilla", tokens),
+                "btp (online)": per_layer(model_args(flavor, "btp"), "btp", tokens, norm="online"),
+                "btp (sync)": per_layer(model_args(flavor, "btp"), "btp", tokens, norm="sync"),
             }
             for scheme, vol in cases.items():
                 fc, fe = total(vol["forward"])
                 bc, be = total(vol["backward"])
-                yield flavour, tp, scheme, fc, fe * dtype_bytes, bc, be * dtype_bytes, low.n_layers
+                yield flavor, tp, scheme, fc, fe * dtype_bytes, bc, be * dtype_bytes, low.n_layers
 
 
 def main() -> None:
@@ -45,19 +45,19 @@ def main() -> None:
     a = p.parse_args()
     print(f"# TP communication per layer (b={a.batch}, s={a.seq}, {a.dtype_bytes}-byte elements); "
           "per step = per layer × layers, forward + backward\n")
-    print("| flavour | TP | scheme | fwd collectives | fwd MiB/layer | bwd collectives | bwd MiB/layer | GiB/step |")
+    print("| flavor | TP | scheme | fwd collectives | fwd MiB/layer | bwd collectives | bwd MiB/layer | GiB/step |")
     print("|---|---|---|---|---|---|---|---|")
     data = list(rows(a.batch, a.seq, a.dtype_bytes))
-    for flavour, tp, scheme, fc, fb, bc, bb, layers in data:
-        print(f"| {flavour} | {tp} | {scheme} | {fc} | {fb / 2**20:.1f} | {bc} | {bb / 2**20:.1f} | "
+    for flavor, tp, scheme, fc, fb, bc, bb, layers in data:
+        print(f"| {flavor} | {tp} | {scheme} | {fc} | {fb / 2**20:.1f} | {bc} | {bb / 2**20:.1f} | "
               f"{(fb + bb) * layers / 2**30:.2f} |")
     if a.png:
         plt = pyplot()
         fig, ax = plt.subplots(figsize=(8, 4))
-        flavours = [f for f in FLAVOURS if f != "debug"]
+        flavors = [f for f in FLAVORS if f != "debug"]
         for scheme in ("megatron", "vanilla", "btp (online)"):
-            ys = [next(fb for fl, tp, sc, _, fb, *_ in data if fl == f and tp == 4 and sc == scheme) / 2**20 for f in flavours]
-            ax.plot(flavours, ys, marker="o", label=scheme)
+            ys = [next(fb for fl, tp, sc, _, fb, *_ in data if fl == f and tp == 4 and sc == scheme) / 2**20 for f in flavors]
+            ax.plot(flavors, ys, marker="o", label=scheme)
         ax.set_yscale("log")
         ax.set_ylabel("forward MiB per layer (TP=4)")
         ax.set_title(f"TP communication per layer, b={a.batch}, s={a.seq}, bf16")

@@ -2,7 +2,7 @@
 plus cola with ``only_lr_act`` false (SwiGLU's full-width SiLU kept, the CoLA authors' 60M/130M form)
 and cola under BTP at TP=2 overlaid on the single-process cola curve.
 
-    python -m bench.convergence --flavour debug --steps 300 [--png bench/results/convergence.png]
+    python -m bench.convergence --flavor debug --steps 300 [--png bench/results/convergence.png]
 
 Runs the real trainer (run_train.sh) for each, reads the losses and validation losses from the
 logs, prints loss against tokens and against wall time (time-to-loss), and draws the curves.
@@ -35,7 +35,7 @@ RUNS = [("full", "full", 1, []), ("svd", "svd", 1, []), ("cola", "cola", 1, []),
 
 
 def train(kind: str, ngpu: int, extra: list[str], args, out: Path) -> tuple[list[tuple[int, float, float]], float]:
-    cmd = ["./run_train.sh", "--job.dump_folder", str(out), "--boost.linear", kind, "--model.flavor", args.flavour,
+    cmd = ["./run_train.sh", "--job.dump_folder", str(out), "--boost.linear", kind, "--model.flavor", args.flavor,
            "--training.steps", str(args.steps), "--checkpoint.no-enable", "--metrics.log_freq", "10",
            "--validation.freq", str(max(10, args.steps // 10)), *extra]
     if ngpu > 1:
@@ -57,7 +57,7 @@ def train(kind: str, ngpu: int, extra: list[str], args, out: Path) -> tuple[list
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--flavour", default="debug")
+    p.add_argument("--flavor", default="debug")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--png", default="")
     p.add_argument("--out", default="outputs/convergence")
@@ -69,9 +69,9 @@ def main() -> None:
         results[label] = train(kind, ngpu, extra, a, Path(a.out) / folder)
     # time-to-loss: the first validation at or below a loss every run reaches (the worst final loss)
     target = max(points[-1][1] for points, _ in results.values())
-    print(f"# Convergence on the stdlib corpus — {a.flavour}, {a.steps} steps, same tokens, schedule and seed\n")
+    print(f"# Convergence on the stdlib corpus — {a.flavor}, {a.steps} steps, same tokens, schedule and seed\n")
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; date {datetime.date.today()}")
-    print(f"command: python -m bench.convergence --flavour {a.flavour} --steps {a.steps}"
+    print(f"command: python -m bench.convergence --flavor {a.flavor} --steps {a.steps}"
           + (f" --png {a.png}" if a.png else "") + "\n")
     print(f"| run | final val loss | tokens | wall s | tokens to val loss {target:.3f} | s to val loss {target:.3f} |")
     print("|---|---|---|---|---|---|")

@@ -1,9 +1,9 @@
 """End to end on CPU/gloo: megatron (dense), vanilla and btp (CoLA) side by side in one run.
 
-    python -m bench.cpu_schemes --tp 2 --flavour 60M --seq 256 --batch 4 --reps 5
+    python -m bench.cpu_schemes --tp 2 --flavor 60M --seq 256 --batch 4 --reps 5
 
 Every repetition runs one step of each scheme in turn (interleaved), after warm-up steps; the
-table gives medians and the ratio per pair. Same model size per row (the flavour), same tokens.
+table gives medians and the ratio per pair. Same model size per row (the flavor), same tokens.
 A second table splits one more step per scheme (torch.profiler, rank 0, self CPU time) into GEMMs,
 attention, waiting on collectives and everything else: where the step time goes, and so what
 bounds each ratio.
@@ -23,14 +23,14 @@ from bench.plots import pyplot, save
 SCHEMES = (("megatron", "full", False), ("vanilla", "cola", False), ("btp", "cola", True))
 
 
-def _body(rank, world_size, flavour, seq, batch, reps, warmup, compiled):
+def _body(rank, world_size, flavor, seq, batch, reps, warmup, compiled):
     mesh = mesh_of(world_size)
     tokens = torch.randint(0, 2048, (batch, seq), generator=torch.Generator().manual_seed(0))
-    runs = {name: build(flavour, kind, name, mesh, grouped=grouped, seq=seq) for name, kind, grouped in SCHEMES}
+    runs = {name: build(flavor, kind, name, mesh, grouped=grouped, seq=seq) for name, kind, grouped in SCHEMES}
     comm = {name: count_step(*runs[name], tokens) for name in runs}  # eager: a dispatch mode cannot be compiled
     if compiled:
         for name, kind, grouped in SCHEMES:
-            model, opt = build(flavour, kind, name, mesh, grouped=grouped, seq=seq)
+            model, opt = build(flavor, kind, name, mesh, grouped=grouped, seq=seq)
             runs[f"{name} compiled"] = (compile_blocks(model), opt)
     times = {name: [] for name in runs}
     for _ in range(warmup):  # the first compiled step compiles
@@ -65,7 +65,7 @@ def _profile_step(model, opt, tokens) -> dict[str, float]:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--tp", type=int, nargs="+", default=[2, 4])
-    p.add_argument("--flavour", default="60M")
+    p.add_argument("--flavor", default="60M")
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--reps", type=int, default=5)
@@ -75,10 +75,10 @@ def main() -> None:
                    help="also run each scheme with its blocks compiled (inductor), interleaved with the eager ones")
     a = p.parse_args()
     lines = [
-        f"# CPU/gloo step time by TP scheme — {a.flavour}, seq {a.seq}, batch {a.batch}, {a.reps} interleaved reps",
+        f"# CPU/gloo step time by TP scheme — {a.flavor}, seq {a.seq}, batch {a.batch}, {a.reps} interleaved reps",
         f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
         f"date {datetime.date.today()}; command: python -m bench.cpu_schemes --tp {' '.join(map(str, a.tp))} "
-        f"--flavour {a.flavour} --seq {a.seq} --batch {a.batch} --reps {a.reps}{' --compile' if a.compile else ''}",
+        f"--flavor {a.flavor} --seq {a.seq} --batch {a.batch} --reps {a.reps}{' --compile' if a.compile else ''}",
         "",
         "| TP | scheme | step s (median) | collectives/step | MiB/step | btp speed-up |",
         "|---|---|---|---|---|---|",
@@ -87,7 +87,7 @@ def main() -> None:
               "| TP | scheme | GEMM | attention | collectives (wait) | other |", "|---|---|---|---|---|---|"]
     step_times: dict[int, dict[str, float]] = {}
     for tp in a.tp:
-        res = spawn(_body, tp, a.flavour, a.seq, a.batch, a.reps, a.warmup, a.compile)
+        res = spawn(_body, tp, a.flavor, a.seq, a.batch, a.reps, a.warmup, a.compile)
         step_times[tp] = {name: r[0] for name, r in res.items()}
         for name, (t, count, nbytes, split) in res.items():
             ratio = res[name][0] / res["btp compiled" if name.endswith("compiled") else "btp"][0]
@@ -104,7 +104,7 @@ def main() -> None:
                               f"{t[name] / t['btp']:.2f}× | {t[c] / t['btp compiled']:.2f}× |")
     print("\n".join(lines + splits))
     if a.png:
-        _draw(step_times, f"{a.flavour}, seq {a.seq}, batch {a.batch}, CPU/gloo", a.png)
+        _draw(step_times, f"{a.flavor}, seq {a.seq}, batch {a.batch}, CPU/gloo", a.png)
 
 
 def _draw(step_times: dict[int, dict[str, float]], title: str, path: str) -> None:

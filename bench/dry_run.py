@@ -1,8 +1,8 @@
-"""Dry-run the shipped 1B–30B flavours, every linear kind, at their real world size on this machine, and tabulate.
+"""Dry-run the shipped 1B–30B flavors, every linear kind, at their real world size on this machine, and tabulate.
 
 Each row runs as rank 0 of ``NGPU`` on torchtitan's fake process group (``DRY_RUN=1 ./run_train.sh``:
 one process, no communication): the real layout, pipeline stages included, the real model shard, real
-training steps. A row is a flavour's TOML (``train_configs/{flavour}.toml``: CoLA, BTP) with its kind's
+training steps. A row is a flavor's TOML (``train_configs/{flavor}.toml``: CoLA, BTP) with its kind's
 overrides (``torchtitan_ext.config.linear_kind_overrides``: svd; lax without PP; full with Megatron and
 full AC), as shipped except a short sequence, micro-batch 1 (``pp`` micro-batches under PP, so 1F1B
 fills), fp32 instead of bf16 (bf16 GEMMs are slow on CPU), ``--compile.backend aot_eager`` where
@@ -43,7 +43,7 @@ from torchtitan_ext.config import linear_kind_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "dry_run.md"
-# The world size each flavour is dry-run at: TP × PP as its TOML says, FSDP filling the rest
+# The world size each flavor is dry-run at: TP × PP as its TOML says, FSDP filling the rest
 # (the paper's GPU counts and beyond: 7B at 16, 30B at 32).
 WORLD_SIZES = {"1B": 8, "3B": 8, "7B": 16, "13B": 32, "30B": 32}
 KINDS = ("full", "svd", "cola", "lax")
@@ -55,7 +55,7 @@ MEMORY_SLACK = 1.5
 
 @dataclass
 class DryRun:
-    flavour: str
+    flavor: str
     kind: str
     world_size: int
     tp: int
@@ -82,7 +82,7 @@ class DryRun:
         ratio = f"{self.peak_rss / (self.predicted + PROCESS_OVERHEAD):.2f}"
         # torchtitan logs -1 where the rank holds no last stage
         losses = " ".join(f"{l:.3f}" for l in self.losses) if self.pp == 1 else "— (stage 0)"
-        return (f"| {self.flavour} | {self.kind} | {self.world_size} | {self.layout} | {self.peak_rss / gib:.2f} | "
+        return (f"| {self.flavor} | {self.kind} | {self.world_size} | {self.layout} | {self.peak_rss / gib:.2f} | "
                 f"{self.predicted / gib:.2f} | {ratio} | {self.build_init_s:.0f} | {self.first_step_s:.0f} | "
                 f"{self.cpu_s:.0f} | {losses} | {self.note} |")
 
@@ -91,12 +91,12 @@ def shipped_rows() -> list[tuple[str, str]]:
     return [(f, k) for f in WORLD_SIZES for k in KINDS]
 
 
-def row_name(flavour: str, kind: str) -> str:
-    return f"{flavour}_{kind}"
+def row_name(flavor: str, kind: str) -> str:
+    return f"{flavor}_{kind}"
 
 
-def flavour_toml(flavour: str) -> dict:
-    return tomllib.loads((ROOT / "train_configs" / f"{flavour}.toml").read_text())
+def flavor_toml(flavor: str) -> dict:
+    return tomllib.loads((ROOT / "train_configs" / f"{flavor}.toml").read_text())
 
 
 def effective_config(toml: dict, overrides: list[str]) -> dict:
@@ -138,10 +138,10 @@ def predicted_bytes(config: dict, world_size: int, seq_len: int) -> float:
                           compiled=compiled)
 
 
-def dry_run(flavour: str, kind: str, world_size: int, steps: int, seq_len: int, extra: list[str],
+def dry_run(flavor: str, kind: str, world_size: int, steps: int, seq_len: int, extra: list[str],
             timeout: float) -> DryRun:
-    """One (flavour, kind) as rank 0 of ``world_size``; raises ``RuntimeError`` with the log's tail if it fails."""
-    toml = flavour_toml(flavour)
+    """One (flavor, kind) as rank 0 of ``world_size``; raises ``RuntimeError`` with the log's tail if it fails."""
+    toml = flavor_toml(flavor)
     overrides = [*linear_kind_overrides(kind, toml), *extra]
     config = effective_config(toml, overrides)
     tp, pp, dp, fsdp = _layout(config, world_size)
@@ -152,7 +152,7 @@ def dry_run(flavour: str, kind: str, world_size: int, steps: int, seq_len: int, 
                "--training.local_batch_size", str(batch), "--parallelism.pipeline_parallel_microbatch_size", "1",
                "--training.mixed_precision_param", "float32", *compile_args, "--checkpoint.no-enable",
                "--validation.no-enable", "--metrics.log_freq", "1", "--job.dump_folder", dump, *overrides]
-        env = dict(os.environ, DRY_RUN="1", NGPU=str(world_size), CONFIG_FILE=f"train_configs/{flavour}.toml",
+        env = dict(os.environ, DRY_RUN="1", NGPU=str(world_size), CONFIG_FILE=f"train_configs/{flavor}.toml",
                    PYTHON=sys.executable)
         start = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -167,13 +167,13 @@ def dry_run(flavour: str, kind: str, world_size: int, steps: int, seq_len: int, 
         proc.returncode = os.waitstatus_to_exitcode(status)
     log = "".join(lines)
     if proc.returncode != 0 or first_step is None:
-        raise RuntimeError(f"{flavour} {kind} at {world_size}: exit {proc.returncode}\n" + log[-4000:])
+        raise RuntimeError(f"{flavor} {kind} at {world_size}: exit {proc.returncode}\n" + log[-4000:])
     stamps = {key: _stamp(log, pattern) for key, pattern in
               (("built", r"total parameters"), ("ready", r"Trainer is initialized"))}
     scheme = config["boost"]["tp_scheme"] if tp > 1 else ""
     ac = config["boost"]["activation_checkpoint"]
     return DryRun(
-        flavour=flavour, kind=kind, world_size=world_size, tp=tp, pp=pp, dp=dp, fsdp=fsdp,
+        flavor=flavor, kind=kind, world_size=world_size, tp=tp, pp=pp, dp=dp, fsdp=fsdp,
         layout=f"tp{tp} pp{pp} fsdp{fsdp} {scheme} ac={ac}".replace("  ", " "),
         peak_rss=usage.ru_maxrss * 1024, predicted=predicted_bytes(config, world_size, seq_len),
         cpu_s=usage.ru_utime + usage.ru_stime, first_step_s=first_step,
@@ -203,11 +203,11 @@ def _stamp(log: str, pattern: str) -> float:
     return h * 3600 + m * 60 + s + ms / 1000
 
 
-HEADER = """# Dry runs of the shipped flavours at their real world size (rank 0, fake process group)
+HEADER = """# Dry runs of the shipped flavors at their real world size (rank 0, fake process group)
 
 `{command}` on this machine (2 CPU cores, shared), {date}. fp32, seq {seq_len}, micro-batch 1,
 {steps} step(s); {compile_note}.
-A row is `train_configs/{{flavour}}.toml` (CoLA, BTP) with its kind's overrides
+A row is `train_configs/{{flavor}}.toml` (CoLA, BTP) with its kind's overrides
 (`torchtitan_ext.config.linear_kind_overrides`, listed under "overrides"): lax runs without PP, which
 cannot split it; full is the dense model under Megatron TP with full AC.
 `predicted` is `boost.layout_planner.memory_per_gpu` for the layout (fp32, without the GPU workspace);
@@ -221,7 +221,7 @@ flight), so there is no loss to show (it is the last stage's), and the gradients
 stage 1 are zeros (nothing arrives on the fake process group). FSDP rank 0 holds its share of every
 parameter (the batched `[G, d_out, r]` up-projections are sharded on `r`).
 
-| flavour | kind | world | layout | peak RSS GiB | predicted GiB | ratio | build+init s | first step s (wall) | CPU s | losses | overrides |
+| flavor | kind | world | layout | peak RSS GiB | predicted GiB | ratio | build+init s | first step s (wall) | CPU s | losses | overrides |
 |---|---|---|---|---|---|---|---|---|---|---|---|
 """
 
@@ -246,7 +246,7 @@ def _existing_rows(path: Path) -> dict[tuple[str, str], str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.dry_run", description=__doc__.split("\n\n")[0])
     names = [row_name(*r) for r in shipped_rows()]
-    parser.add_argument("--rows", nargs="*", default=names, help="flavour_kind, e.g. 7B_cola 30B_full")
+    parser.add_argument("--rows", nargs="*", default=names, help="flavor_kind, e.g. 7B_cola 30B_full")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--max-predicted-gib", type=float, default=14.0,
@@ -271,29 +271,29 @@ def main(argv: list[str] | None = None) -> int:
                     steps=opts.steps, overhead=PROCESS_OVERHEAD / 2**30, compile_note=compile_note)
 
     for name in opts.rows:
-        flavour, kind = name.split("_")
-        world = WORLD_SIZES[flavour]
-        toml = flavour_toml(flavour)
+        flavor, kind = name.split("_")
+        world = WORLD_SIZES[flavor]
+        toml = flavor_toml(flavor)
         config = effective_config(toml, [*linear_kind_overrides(kind, toml), *opts.extra])
         predicted = predicted_bytes(config, world, opts.seq_len)
         if predicted > opts.max_predicted_gib * 2**30:
             print(f"{name}: skipped, predicted {predicted / 2**30:.1f} GiB > --max-predicted-gib "
                   f"{opts.max_predicted_gib}", flush=True)
-            rows[flavour, kind] = (f"| {flavour} | {kind} | {world} | | | {predicted / 2**30:.2f} | | | | | | skipped: "
+            rows[flavor, kind] = (f"| {flavor} | {kind} | {world} | | | {predicted / 2**30:.2f} | | | | | | skipped: "
                                    f"predicted above --max-predicted-gib {opts.max_predicted_gib} |")
             save()
             continue
         try:
-            result = dry_run(flavour, kind, world, opts.steps, opts.seq_len, list(opts.extra), opts.timeout)
+            result = dry_run(flavor, kind, world, opts.steps, opts.seq_len, list(opts.extra), opts.timeout)
         except RuntimeError as err:
             failed += 1
             print(f"{name}: FAILED\n{err}", flush=True)
-            rows[flavour, kind] = (f"| {flavour} | {kind} | {world} | | | {predicted / 2**30:.2f} | | | | | | "
+            rows[flavor, kind] = (f"| {flavor} | {kind} | {world} | | | {predicted / 2**30:.2f} | | | | | | "
                                    "FAILED: see console |")
             save()
             continue
         print(result.row(), flush=True)
-        rows[flavour, kind] = result.row()
+        rows[flavor, kind] = result.row()
         save()
     return 1 if failed else 0
 

@@ -1,6 +1,6 @@
-"""One GPU: dense vs low-rank (CoLA) tokens/s, MFU and peak memory for the 1B flavour, bf16.
+"""One GPU: dense vs low-rank (CoLA) tokens/s, MFU and peak memory for the 1B flavor, bf16.
 
-    python -m bench.gpu_lowrank_vs_dense --flavour 1B --seq 4096 --batch 4 --steps 20 [--compile]
+    python -m bench.gpu_lowrank_vs_dense --flavor 1B --seq 4096 --batch 4 --steps 20 [--compile]
 
 Needs a CUDA device (exits with a message otherwise). MFU uses BOOST's factor-shape FLOP count
 (``boost.flops_per_token``), so the low-rank MFU is not comparable with the dense one: compare
@@ -21,8 +21,8 @@ from boost import ModelArgs, Transformer, flops_per_token
 PEAK_BF16 = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 
-def run(kind: str, flavour: str, seq: int, batch: int, steps: int, compile_blocks: bool):
-    args = ModelArgs.from_flavour(flavour, linear=kind, vocab_size=32000, max_seq_len=seq)
+def run(kind: str, flavor: str, seq: int, batch: int, steps: int, compile_blocks: bool):
+    args = ModelArgs.from_flavor(flavor, linear=kind, vocab_size=32000, max_seq_len=seq)
     # built on meta, then initialised on the GPU: the seeded init draws each tile on the CPU
     # (boost.model.seeded_init) and copies it to the parameter's device, as a trainer rank does
     with torch.device("meta"):
@@ -56,7 +56,7 @@ def run(kind: str, flavour: str, seq: int, batch: int, steps: int, compile_block
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--flavour", default="1B")
+    p.add_argument("--flavor", default="1B")
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--steps", type=int, default=20)
@@ -69,7 +69,7 @@ def main() -> None:
         seq = a.seq
         while True:
             try:
-                res[kind] = run(kind, a.flavour, seq, a.batch, a.steps, a.compile)
+                res[kind] = run(kind, a.flavor, seq, a.batch, a.steps, a.compile)
                 break
             except torch.OutOfMemoryError:
                 torch.cuda.empty_cache()
@@ -77,9 +77,9 @@ def main() -> None:
                 if seq < 256:
                     raise
         res[kind]["seq"] = seq
-    print(f"# {a.flavour} on one {torch.cuda.get_device_name()}, bf16 autocast, batch {a.batch}, "
+    print(f"# {a.flavor} on one {torch.cuda.get_device_name()}, bf16 autocast, batch {a.batch}, "
           f"compile={a.compile}, {datetime.date.today()}, torch {torch.__version__}")
-    print(f"command: python -m bench.gpu_lowrank_vs_dense --flavour {a.flavour} --seq {a.seq} --batch {a.batch}"
+    print(f"command: python -m bench.gpu_lowrank_vs_dense --flavor {a.flavor} --seq {a.seq} --batch {a.batch}"
           f"{' --compile' if a.compile else ''}\n")
     print("| kind | seq | step s | tokens/s | MFU % (own FLOPs) | peak GiB |")
     print("|---|---|---|---|---|---|")

@@ -42,9 +42,9 @@ def _worker(rank, world_size, init_file, fn, args, queue):
     exit_finished_process()  # gloo can abort in interpreter finalisation (boost.process_exit)
 
 
-def build(flavour: str, kind: str, scheme: str, mesh, norm="online", grouped=True, ac="none", seq=256, vocab=2048,
+def build(flavor: str, kind: str, scheme: str, mesh, norm="online", grouped=True, ac="none", seq=256, vocab=2048,
           **overrides):
-    args = ModelArgs.from_flavour(flavour, linear=kind, vocab_size=vocab, group_linears=grouped, max_seq_len=seq,
+    args = ModelArgs.from_flavor(flavor, linear=kind, vocab_size=vocab, group_linears=grouped, max_seq_len=seq,
                                   **overrides)
     torch.manual_seed(0)
     model = Transformer(args)

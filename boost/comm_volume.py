@@ -8,7 +8,7 @@ separately from the 7·r latent columns.
 Example::
 
     >>> from boost.model import ModelArgs
-    >>> args = ModelArgs.from_flavour("7B", linear="cola")
+    >>> args = ModelArgs.from_flavor("7B", linear="cola")
     >>> fwd = per_layer(args, "btp", tokens=4 * 4096)["forward"]
     >>> fwd["all_reduce"]
     (4, 117473280)

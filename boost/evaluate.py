@@ -93,7 +93,7 @@ def score(
 
         >>> from boost.model import ModelArgs, Transformer
         >>> _ = torch.manual_seed(0)
-        >>> model = Transformer(ModelArgs.from_flavour("debug", vocab_size=512, n_layers=2)).eval()
+        >>> model = Transformer(ModelArgs.from_flavor("debug", vocab_size=512, n_layers=2)).eval()
         >>> windows = packed_windows([list(range(1, 300))], seq_len=64)
         >>> s = score(model, windows, torch.ones(512, dtype=torch.long), progress=False)
         >>> s.tokens

@@ -75,7 +75,7 @@ def sample(
 
         >>> from boost.model import ModelArgs, Transformer
         >>> _ = torch.manual_seed(0)
-        >>> model = Transformer(ModelArgs.from_flavour("debug", vocab_size=512, n_layers=2)).eval()
+        >>> model = Transformer(ModelArgs.from_flavor("debug", vocab_size=512, n_layers=2)).eval()
         >>> len(list(sample(model, [1, 2, 3], max_new_tokens=5, temperature=0)))
         5
     """

@@ -1,7 +1,7 @@
 """Layout planner: enumerate (scheme, TP, PP, DP, AC), drop what does not fit in memory, rank by
 ``boost.perf_model`` step time, print the best layouts and the TOML overrides of the first.
 
-    python -m boost.layout_planner --flavour 7B --gpus 16 --hardware a100 [--seq-len 4096 --micro-batch 4
+    python -m boost.layout_planner --flavor 7B --gpus 16 --hardware a100 [--seq-len 4096 --micro-batch 4
                          --memory-gb 80 --linear cola --num-microbatches M --top 10]
 
 Per-GPU memory (bytes, ``P`` = parameters of the rank's stage, ``T = b·s``, ``L = ceil(n_layers/pp)``):
@@ -45,7 +45,7 @@ import sys
 from dataclasses import dataclass
 
 from boost import rules
-from boost.model.args import FLAVOURS, flavour_rank
+from boost.model.args import FLAVORS, flavor_rank
 from boost.perf_model import (
     args_params,
     block_gemms,
@@ -89,7 +89,7 @@ class Layout:
         return " ".join(parts)
 
 
-def memory_per_gpu(flavour: str, scheme: str, tp: int, pp: int, dp: int, ac: str, *, micro_batch: int,
+def memory_per_gpu(flavor: str, scheme: str, tp: int, pp: int, dp: int, ac: str, *, micro_batch: int,
                    seq_len: int, num_microbatches: int, vocab_size: int = 32000, linear: str = "cola",
                    dtype_bytes: int = 2, workspace_bytes: float = WORKSPACE_BYTES,
                    compiled: bool = False) -> float:
@@ -97,7 +97,7 @@ def memory_per_gpu(flavour: str, scheme: str, tp: int, pp: int, dp: int, ac: str
     in (2 for bf16, 4 for fp32 as in the CPU dry runs of ``bench.dry_run``): the all-gathered weights,
     the unsharded gradients and the activations take it; the fixed ``workspace_bytes`` is a GPU's (CUDA
     context, NCCL); ``compiled``: torch.compile, whose AC keeps attention's output."""
-    args = model_args(flavour, scheme, vocab_size, linear)
+    args = model_args(flavor, scheme, vocab_size, linear)
     T = micro_batch * seq_len
     layers = math.ceil(args.n_layers / pp)
     params = args_params(args)
@@ -133,13 +133,13 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def enumerate_layouts(flavour: str, gpus: int, hardware: str, *, seq_len: int = 4096, micro_batch: int = 4,
+def enumerate_layouts(flavor: str, gpus: int, hardware: str, *, seq_len: int = 4096, micro_batch: int = 4,
                       memory_gb: float | None = None, linear: str = "cola", num_microbatches: int | None = None,
                       vocab_size: int = 32000) -> list[Layout]:
     """All layouts that fit, fastest (highest tokens/s per step) first. Raises ``ValueError`` on
     bad input or when nothing fits."""
-    if flavour not in FLAVOURS:
-        raise ValueError(f"unknown flavour {flavour!r}; choose one of {sorted(FLAVOURS)}")
+    if flavor not in FLAVORS:
+        raise ValueError(f"unknown flavor {flavor!r}; choose one of {sorted(FLAVORS)}")
     hw = get_hardware(hardware)
     if gpus < 1:
         raise ValueError(f"--gpus must be positive, got {gpus}")
@@ -147,8 +147,8 @@ def enumerate_layouts(flavour: str, gpus: int, hardware: str, *, seq_len: int = 
     kind = rules.linear_kind(linear)
     # the schemes this kind runs under tensor parallelism (the preflight's rule, at any TP > 1)
     schemes = [scheme.name for scheme in SCHEMES.values() if scheme.takes(kind)]
-    f = FLAVOURS[flavour]
-    n_layers, rank = f.n_layers, flavour_rank(flavour)
+    f = FLAVORS[flavor]
+    n_layers, rank = f.n_layers, flavor_rank(flavor)
     sharded = {**rules.tp_sharded_dims(f.n_heads, f.n_kv_heads, f.dim, f.ffn_dim), "vocab_size": vocab_size}
     layouts = []
     for scheme in schemes:
@@ -165,19 +165,19 @@ def enumerate_layouts(flavour: str, gpus: int, hardware: str, *, seq_len: int = 
                 for ac in AC_MODES:
                     if rules.activation_checkpoint_problem(ac, scheme, tp):
                         continue
-                    mem = memory_per_gpu(flavour, scheme, tp, pp, dp, ac, micro_batch=micro_batch,
+                    mem = memory_per_gpu(flavor, scheme, tp, pp, dp, ac, micro_batch=micro_batch,
                                          seq_len=seq_len, num_microbatches=m, vocab_size=vocab_size,
                                          linear=linear, compiled=True)  # BOOST ships compiled
                     if mem > budget:
                         continue
-                    t = predict_step_time(flavour, scheme, tp, pp, hardware=hw, micro_batch=micro_batch,
+                    t = predict_step_time(flavor, scheme, tp, pp, hardware=hw, micro_batch=micro_batch,
                                           seq_len=seq_len, dp=dp, num_microbatches=m, activation_checkpoint=ac,
                                           vocab_size=vocab_size, linear=linear)
                     tokens = m * dp * micro_batch * seq_len
                     layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t))
     if not layouts:
         raise ValueError(
-            f"no layout of {flavour} on {gpus} {hw.name} GPU(s) fits in {budget / 1e9:.0f} GB at micro-batch "
+            f"no layout of {flavor} on {gpus} {hw.name} GPU(s) fits in {budget / 1e9:.0f} GB at micro-batch "
             f"{micro_batch} × seq {seq_len}; add GPUs, lower --micro-batch or --seq-len, or raise --memory-gb"
         )
     return sorted(layouts, key=lambda l: (-round(l.tokens_per_s, 6), l.memory_bytes))
@@ -196,7 +196,7 @@ def _positive_int(text: str) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m boost.layout_planner", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--flavour", required=True)
+    parser.add_argument("--flavor", required=True)
     parser.add_argument("--gpus", type=_positive_int, required=True)
     parser.add_argument("--hardware", default="a100")
     parser.add_argument("--seq-len", type=_positive_int, default=4096)
@@ -207,13 +207,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=_positive_int, default=10)
     opts = parser.parse_args(argv)
     try:
-        layouts = enumerate_layouts(opts.flavour, opts.gpus, opts.hardware, seq_len=opts.seq_len,
+        layouts = enumerate_layouts(opts.flavor, opts.gpus, opts.hardware, seq_len=opts.seq_len,
                                     micro_batch=opts.micro_batch, memory_gb=opts.memory_gb, linear=opts.linear,
                                     num_microbatches=opts.num_microbatches)
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"{opts.flavour} on {opts.gpus} × {opts.hardware}, seq {opts.seq_len}, micro-batch {opts.micro_batch}, "
+    print(f"{opts.flavor} on {opts.gpus} × {opts.hardware}, seq {opts.seq_len}, micro-batch {opts.micro_batch}, "
           f"linear {opts.linear}: {len(layouts)} feasible layouts")
     print(f"{'#':>3} {'scheme':<9}{'tp':>3}{'pp':>3}{'dp':>4} {'ac':<8}{'mem GB':>8}{'step s':>9}{'tokens/s':>11}")
     for i, l in enumerate(layouts[: opts.top], 1):

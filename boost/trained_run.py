@@ -5,7 +5,7 @@ from a DCP checkpoint (a ``step-N`` folder torchtitan wrote), with no process gr
 
 - the TOML is read with ``tomllib``: ``model.flavor`` and ``boost.linear`` give the architecture;
   rank, vocabulary, layer count and grouping are read from the checkpoint's own tensor shapes and
-  checked against the flavour, so a checkpoint from another config is refused with both names;
+  checked against the flavor, so a checkpoint from another config is refused with both names;
 - the checkpoint is the newest intact ``step-N`` under ``job.dump_folder/checkpoint.folder`` (the
   trainer's own rule, ``boost.checkpoint_folder``, which also refuses a ``.metadata`` that would
   unpickle anything beyond DCP's records), or the step number or folder given;
@@ -38,7 +38,7 @@ except ImportError:  # Python < 3.11
 
 from boost.checkpoint_folder import choose_checkpoint, inspect_checkpoint
 from boost.data.offline_tokenizer import tokenizer_dir
-from boost.model.args import FLAVOURS, ModelArgs
+from boost.model.args import FLAVORS, ModelArgs
 from boost.model.model import Transformer, rope_cache
 from boost.options import BoostOptions
 from boost.rules import KINDS, LINEAR_KINDS
@@ -133,9 +133,9 @@ def _model_prefix(shapes: dict[str, torch.Size]) -> str:
 
 def model_args_from_run(config: dict, shapes: dict[str, torch.Size], source: str, max_seq_len: int | None = None) -> ModelArgs:
     """``ModelArgs`` of a run: architecture from the TOML, sizes from the checkpoint, each checked against the other."""
-    flavour = config.get("model", {}).get("flavor")
-    if flavour not in FLAVOURS:
-        raise RunError(f"{source}: model.flavor = {flavour!r} is not a BOOST flavour; choose one of {sorted(FLAVOURS)}")
+    flavor = config.get("model", {}).get("flavor")
+    if flavor not in FLAVORS:
+        raise RunError(f"{source}: model.flavor = {flavor!r} is not a BOOST flavor; choose one of {sorted(FLAVORS)}")
     linear = config.get("boost", {}).get("linear", ModelArgs.linear)
     if linear not in LINEAR_KINDS:
         raise RunError(f"{source}: boost.linear = {linear!r} is unknown; choose one of {LINEAR_KINDS}")
@@ -148,18 +148,18 @@ def model_args_from_run(config: dict, shapes: dict[str, torch.Size], source: str
             f"{source}: boost.linear = {linear!r} but the checkpoint holds a {'low-rank' if low_rank else 'dense'} "
             "model; pass the TOML this run was trained with"
         )
-    # not in the weights' shapes: the run's [boost] section, else the flavour's
-    overrides = {"n_layers": n_layers, "only_lr_act": config.get("boost", {}).get("only_lr_act", FLAVOURS[flavour].only_lr_act)}
+    # not in the weights' shapes: the run's [boost] section, else the flavor's
+    overrides = {"n_layers": n_layers, "only_lr_act": config.get("boost", {}).get("only_lr_act", FLAVORS[flavor].only_lr_act)}
     if low_rank:
         overrides["rank"] = shapes[f"{p}layers.0.attention.wo.down.weight"][0]
         overrides["group_linears"] = f"{p}layers.0.attention.wqkv.down.weight" in shapes
     train_len = config.get("training", {}).get("seq_len", 2048)
-    args = ModelArgs.from_flavour(
-        flavour, linear=linear, vocab_size=vocab_size, max_seq_len=max(train_len, max_seq_len or 0), **overrides
+    args = ModelArgs.from_flavor(
+        flavor, linear=linear, vocab_size=vocab_size, max_seq_len=max(train_len, max_seq_len or 0), **overrides
     )
-    if args.dim != dim or n_layers != FLAVOURS[flavour].n_layers:
+    if args.dim != dim or n_layers != FLAVORS[flavor].n_layers:
         raise RunError(
-            f"{source}: flavour {flavour!r} has dim {args.dim} and {FLAVOURS[flavour].n_layers} layers, the checkpoint "
+            f"{source}: flavor {flavor!r} has dim {args.dim} and {FLAVORS[flavor].n_layers} layers, the checkpoint "
             f"dim {dim} and {n_layers} layers; pass the TOML this run was trained with"
         )
     return args

@@ -1,6 +1,6 @@
 """Tiny "finished training runs" for the after-training tools: a TOML and a real DCP checkpoint.
 
-The model is the debug flavour, untrained (seeded), saved with ``torch.distributed.checkpoint`` the
+The model is the debug flavor, untrained (seeded), saved with ``torch.distributed.checkpoint`` the
 way torchtitan saves the model part (flat parameter names), so loading it exercises the same path
 as a checkpoint of ``./run_train.sh`` without paying for training steps.
 """
@@ -28,7 +28,7 @@ def make_run(folder: Path, linear: str = "cola", step: int = 3) -> Path:
     """Write ``folder/run.toml`` and ``folder/checkpoint/step-<step>``; return the TOML's path."""
     vocab = load_tokenizer(offline_tokenizer_dir()).vocab_size
     torch.manual_seed(0)
-    model = Transformer(ModelArgs.from_flavour("debug", linear=linear, vocab_size=vocab, max_seq_len=SEQ_LEN))
+    model = Transformer(ModelArgs.from_flavor("debug", linear=linear, vocab_size=vocab, max_seq_len=SEQ_LEN))
     with warnings.catch_warnings():  # "no process group, assuming a single process": as intended
         warnings.simplefilter("ignore", UserWarning)
         dcp.save(model.state_dict(), checkpoint_id=str(folder / "checkpoint" / f"step-{step}"))

@@ -17,7 +17,7 @@ class JobConfig:
 
 
 def linear_kind_overrides(linear: str, toml_values: dict) -> list[str]:
-    """The command-line overrides that turn a shipped flavour TOML (CoLA, BTP) into one of ``linear``.
+    """The command-line overrides that turn a shipped flavor TOML (CoLA, BTP) into one of ``linear``.
 
     The kind's TP scheme (``boost.rules.KINDS``), "full" AC where "lowrank" no longer applies, and no
     pipeline split for a kind that cannot be pipelined — the lines each TOML's header lists.

@@ -1,6 +1,6 @@
 """BOOST's model as torchtitan's trainer calls it: the calls torchtitan makes that the library has no use for.
 
-torchtitan 0.2.2's trainer takes the flavour's args from the train spec, calls
+torchtitan 0.2.2's trainer takes the flavor's args from the train spec, calls
 ``update_from_config(job_config)`` and later ``get_nparams_and_flops(model, seq_len)`` on them, and its
 validator calls ``model.get_attention_masks(...)`` (all duck-typed: ``BaseModelArgs`` and
 ``ModelProtocol`` are only type hints there). The library's ``ModelArgs`` and ``Transformer`` know
@@ -21,11 +21,11 @@ from torchtitan_ext.data.tokenizer import boost_vocab_size
 
 @dataclass
 class JobModelArgs(ModelArgs):
-    """The model a job describes: the flavour's shapes with the ``[boost]`` section and tokenizer applied.
+    """The model a job describes: the flavor's shapes with the ``[boost]`` section and tokenizer applied.
 
     Example::
 
-        >>> args = JobModelArgs.from_flavour("debug")
+        >>> args = JobModelArgs.from_flavor("debug")
         >>> args.update_from_config(job_config)   # kind, rank, vocabulary, sequence length, seed
     """
 

@@ -11,7 +11,7 @@ from torchtitan.components.lr_scheduler import build_lr_schedulers
 from torchtitan.components.optimizer import build_optimizers
 from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 
-from boost.model import FLAVOURS
+from boost.model import FLAVORS
 from boost.rules import MODEL_NAME
 from torchtitan_ext.metrics import build_boost_metrics_processor
 from torchtitan_ext.model import JobModelArgs, JobTransformer
@@ -25,7 +25,7 @@ def get_train_spec() -> TrainSpec:
     return TrainSpec(
         model_cls=JobTransformer,
         # The [boost] section sets kind, rank and vocabulary in JobModelArgs.update_from_config.
-        model_args={name: JobModelArgs.from_flavour(name) for name in FLAVOURS},
+        model_args={name: JobModelArgs.from_flavor(name) for name in FLAVORS},
         parallelize_fn=parallelize_boost,
         pipelining_fn=pipeline_boost,
         build_optimizers_fn=build_optimizers,

@@ -1,4 +1,4 @@
-"""Model arguments, the flavour table and the FLOP counter of the BOOST LLaMA family."""
+"""Model arguments, the flavor table and the FLOP counter of the BOOST LLaMA family."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from boost.rules import DEFAULT_RANK_RATIO, KINDS, linear_kind, rank_problem, resolve_rank
 
 @dataclass(frozen=True)
-class Flavour:
+class Flavor:
     """One published model shape. ``rank`` ``None`` is ``d/4``; ``source`` says where the shape comes from."""
 
     dim: int
@@ -27,22 +27,22 @@ _BOOST = "the BOOST paper's LLaMA-style {} (no CoLA config published)"
 # keep SwiGLU's full-width SiLU (only_lr_act false) and 130M's rank is 256, as there. One width
 # differs on purpose: 1B's ffn is 5472 where the authors' is 5461 (= 43 * 127, which no TP degree
 # divides): 5472 = 2^5 * 171 shards over TP 2, 4 and 8 (609.7M parameters against 609.3M).
-FLAVOURS: dict[str, Flavour] = {
-    "debug": Flavour(256, 4, 8, 4, 704, "BOOST's test model"),
-    "60M": Flavour(512, 8, 8, 8, 1376, _COLA.format("60m"), only_lr_act=False),
-    "130M": Flavour(768, 12, 12, 12, 2048, _COLA.format("130m"), rank=256, only_lr_act=False),
-    "350M": Flavour(1024, 24, 16, 16, 2736, _COLA.format("350m")),
-    "1B": Flavour(2048, 24, 32, 32, 5472, _COLA.format("1b") + ", ffn 5461 -> 5472 for TP"),
-    "3B": Flavour(3072, 28, 24, 24, 8192, _BOOST.format("3B")),
-    "7B": Flavour(4096, 32, 32, 32, 11008, _COLA.format("7b")),
-    "13B": Flavour(5120, 40, 40, 40, 13824, _BOOST.format("13B")),
-    "30B": Flavour(8192, 36, 64, 64, 22016, _BOOST.format("30B")),
+FLAVORS: dict[str, Flavor] = {
+    "debug": Flavor(256, 4, 8, 4, 704, "BOOST's test model"),
+    "60M": Flavor(512, 8, 8, 8, 1376, _COLA.format("60m"), only_lr_act=False),
+    "130M": Flavor(768, 12, 12, 12, 2048, _COLA.format("130m"), rank=256, only_lr_act=False),
+    "350M": Flavor(1024, 24, 16, 16, 2736, _COLA.format("350m")),
+    "1B": Flavor(2048, 24, 32, 32, 5472, _COLA.format("1b") + ", ffn 5461 -> 5472 for TP"),
+    "3B": Flavor(3072, 28, 24, 24, 8192, _BOOST.format("3B")),
+    "7B": Flavor(4096, 32, 32, 32, 11008, _COLA.format("7b")),
+    "13B": Flavor(5120, 40, 40, 40, 13824, _BOOST.format("13B")),
+    "30B": Flavor(8192, 36, 64, 64, 22016, _BOOST.format("30B")),
 }
 
 
-def flavour_rank(flavour: str) -> int:
-    """The flavour's published rank, else ``d/4``."""
-    f = FLAVOURS[flavour]
+def flavor_rank(flavor: str) -> int:
+    """The flavor's published rank, else ``d/4``."""
+    f = FLAVORS[flavor]
     return f.rank if f.rank is not None else resolve_rank(f.dim, 0, DEFAULT_RANK_RATIO)
 
 
@@ -53,7 +53,7 @@ class ModelArgs:
 
     Example::
 
-        >>> args = ModelArgs.from_flavour("debug", linear="cola", vocab_size=2048)
+        >>> args = ModelArgs.from_flavor("debug", linear="cola", vocab_size=2048)
         >>> (args.dim, args.rank, args.head_dim)
         (256, 64, 32)
     """
@@ -80,13 +80,13 @@ class ModelArgs:
     init_seed: int | None = None
 
     @classmethod
-    def from_flavour(cls, flavour: str, linear: str = "cola", vocab_size: int = 2048, **overrides) -> ModelArgs:
-        if flavour not in FLAVOURS:
-            raise ValueError(f"unknown flavour {flavour!r}; choose one of {sorted(FLAVOURS)}")
-        f = FLAVOURS[flavour]
+    def from_flavor(cls, flavor: str, linear: str = "cola", vocab_size: int = 2048, **overrides) -> ModelArgs:
+        if flavor not in FLAVORS:
+            raise ValueError(f"unknown flavor {flavor!r}; choose one of {sorted(FLAVORS)}")
+        f = FLAVORS[flavor]
         fields = dict(
             dim=f.dim, n_layers=f.n_layers, n_heads=f.n_heads, n_kv_heads=f.n_kv_heads, ffn_dim=f.ffn_dim,
-            rank=flavour_rank(flavour), only_lr_act=f.only_lr_act, vocab_size=vocab_size, linear=linear,
+            rank=flavor_rank(flavor), only_lr_act=f.only_lr_act, vocab_size=vocab_size, linear=linear,
         )
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
@@ -152,8 +152,8 @@ def flops_per_token(args: ModelArgs, seq_len: int) -> int:
 
     Example::
 
-        >>> dense = flops_per_token(ModelArgs.from_flavour("7B", linear="full", vocab_size=32000), 4096)
-        >>> lowrank = flops_per_token(ModelArgs.from_flavour("7B", linear="cola", vocab_size=32000), 4096)
+        >>> dense = flops_per_token(ModelArgs.from_flavor("7B", linear="full", vocab_size=32000), 4096)
+        >>> lowrank = flops_per_token(ModelArgs.from_flavor("7B", linear="cola", vocab_size=32000), 4096)
         >>> round(dense / lowrank, 2)
         2.04
     """

@@ -10,7 +10,7 @@ Example::
 
     >>> import dataclasses
     >>> from boost.model import ModelArgs, Transformer
-    >>> grouped = Transformer(ModelArgs.from_flavour("debug", vocab_size=512))
+    >>> grouped = Transformer(ModelArgs.from_flavor("debug", vocab_size=512))
     >>> flat = to_ungrouped(grouped.state_dict(), grouped.model_args)
     >>> Transformer(dataclasses.replace(grouped.model_args, group_linears=False)).load_state_dict(flat)
     <All keys matched successfully>

@@ -22,7 +22,7 @@ class KVCache:
 
         >>> from boost.model import ModelArgs, Transformer
         >>> _ = torch.manual_seed(0)
-        >>> model = Transformer(ModelArgs.from_flavour("debug", vocab_size=512, n_layers=2))
+        >>> model = Transformer(ModelArgs.from_flavor("debug", vocab_size=512, n_layers=2))
         >>> cache = KVCache(model.model_args.max_seq_len)
         >>> prefill = model(torch.tensor([[1, 2, 3]]), cache=cache)   # (1, 3, 512), cache.seen == 3
         >>> step = model(torch.tensor([[4]]), cache=cache)            # (1, 1, 512), cache.seen == 4

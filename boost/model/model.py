@@ -148,7 +148,7 @@ class Transformer(nn.Module):
     Example::
 
         >>> _ = torch.manual_seed(0)
-        >>> model = Transformer(ModelArgs.from_flavour("debug", linear="cola", vocab_size=512, n_layers=2))
+        >>> model = Transformer(ModelArgs.from_flavor("debug", linear="cola", vocab_size=512, n_layers=2))
         >>> model(torch.randint(0, 512, (2, 16))).shape
         torch.Size([2, 16, 512])
     """

@@ -46,7 +46,7 @@ from boost.model.args import ModelArgs, matmul_params
 from boost.perf_model.hardware import Hardware, get_hardware
 from boost.rules import AC_MODES, KINDS, SCHEMES, TP_SCHEMES
 
-def model_args(flavour: str, scheme: str, vocab_size: int = 32000, linear: str = "cola") -> ModelArgs:
+def model_args(flavor: str, scheme: str, vocab_size: int = 32000, linear: str = "cola") -> ModelArgs:
     """The model a scheme runs (``TPScheme.kind_for``), its down-projections grouped where the scheme keeps
     the rank dim whole."""
     if scheme not in TP_SCHEMES:
@@ -54,7 +54,7 @@ def model_args(flavour: str, scheme: str, vocab_size: int = 32000, linear: str =
     kind = SCHEMES[scheme].kind_for(linear)
     if not SCHEMES[scheme].takes(KINDS[kind]):
         raise ValueError(f"scheme {scheme!r} needs a low-rank linear kind, not {kind!r}")
-    return ModelArgs.from_flavour(flavour, linear=kind, vocab_size=vocab_size,
+    return ModelArgs.from_flavor(flavor, linear=kind, vocab_size=vocab_size,
                                   group_linears=SCHEMES[scheme].groups_linears)
 
 
@@ -172,7 +172,7 @@ def _head_time(args, tp, tokens, hw, dtype_bytes) -> float:
 
 
 def predict_step_time(
-    flavour: str, scheme: str, tp: int, pp: int, *, hardware: str | Hardware, micro_batch: int, seq_len: int,
+    flavor: str, scheme: str, tp: int, pp: int, *, hardware: str | Hardware, micro_batch: int, seq_len: int,
     dp: int = 1, num_microbatches: int | None = None, activation_checkpoint: str = "none",
     dtype_bytes: int = 2, vocab_size: int = 32000, linear: str = "cola", norm: str = "online",
     sequence_parallel: bool = False, breakdown: bool = False,
@@ -184,7 +184,7 @@ def predict_step_time(
     hw = get_hardware(hardware)
     if activation_checkpoint not in AC_MODES:
         raise ValueError(f"unknown activation_checkpoint {activation_checkpoint!r}; choose one of {AC_MODES}")
-    args = model_args(flavour, scheme, vocab_size, linear)
+    args = model_args(flavor, scheme, vocab_size, linear)
     m = num_microbatches or max(1, pp - 1)
     lt = layer_times(args, scheme, tp, micro_batch=micro_batch, seq_len=seq_len, hw=hw, norm=norm,
                      dtype_bytes=dtype_bytes, sequence_parallel=sequence_parallel)

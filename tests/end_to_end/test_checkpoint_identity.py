@@ -103,13 +103,13 @@ def test_resuming_as_svd_from_a_cola_checkpoint_is_refused_without_a_traceback(t
 def test_preflight_names_every_differing_field_and_lets_layout_changes_through(trained, tmp_path, monkeypatch):
     tmp, _ = trained
     _copy_run(tmp, tmp_path)
-    flavour = _preflight(tmp_path, "--model.flavor", "60M", monkeypatch=monkeypatch)
+    flavor = _preflight(tmp_path, "--model.flavor", "60M", monkeypatch=monkeypatch)
     for line in ("model.flavor                    checkpoint: 'debug'       this job: '60M'",
                  "dim (from model.flavor)         checkpoint: 256           this job: 512",
                  "n_layers (from model.flavor)    checkpoint: 4             this job: 8",
                  "boost.rank / boost.rank_ratio   checkpoint: 64            this job: 128"):
-        assert line in flavour, flavour
-    assert "boost.linear" not in flavour  # only what differs
+        assert line in flavor, flavor
+    assert "boost.linear" not in flavor  # only what differs
     assert "checkpoint: 64            this job: 32" in _preflight(tmp_path, "--boost.rank", "32", monkeypatch=monkeypatch)
     ungrouped = _preflight(tmp_path, "--boost.no-group-linears", monkeypatch=monkeypatch)
     assert "boost.group_linears" in ungrouped and "checkpoint: True" in ungrouped

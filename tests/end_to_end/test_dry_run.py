@@ -16,7 +16,7 @@ import pytest
 
 from bench.dry_run import dry_run
 
-# (flavour, world size, extra overrides, layout), CPU-seconds measured on this machine: 7B at 16 ~35-45,
+# (flavor, world size, extra overrides, layout), CPU-seconds measured on this machine: 7B at 16 ~35-45,
 # 30B at 32 ~80 (rank 0 holds pipeline stage 0, 9 of 36 layers, and its FSDP share of them: 175
 # CPU-seconds and 12.6 GiB at tp4 × fsdp8 while FSDP sharded the batched up-projections on their 2-3
 # members). 30B runs its pp4: the pipeline's dry-run path is tested there.
@@ -27,9 +27,9 @@ CASES = [
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("flavour,world_size,extra,layout", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
-def test_cola_dry_runs_at_real_world_size(flavour, world_size, extra, layout):
-    run = dry_run(flavour, "cola", world_size, steps=1, seq_len=16, extra=["--compile.no-enable", *extra],
+@pytest.mark.parametrize("flavor,world_size,extra,layout", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
+def test_cola_dry_runs_at_real_world_size(flavor, world_size, extra, layout):
+    run = dry_run(flavor, "cola", world_size, steps=1, seq_len=16, extra=["--compile.no-enable", *extra],
                   timeout=600)
     assert run.layout.startswith(layout), run.layout
     # local batch: one micro-batch per stage (1 without PP) on each of the data-parallel ranks

@@ -29,7 +29,7 @@ CASES = [  # (kind, scheme, grouped, norm, sequence_parallel)
 
 
 def _count(mesh, kind, scheme, grouped, norm, sp, n_layers) -> CommCounter:
-    args = ModelArgs.from_flavour(
+    args = ModelArgs.from_flavor(
         "debug", linear=kind, vocab_size=VOCAB, n_layers=n_layers, group_linears=grouped, max_seq_len=SEQ
     )
     torch.manual_seed(0)
@@ -56,7 +56,7 @@ def _per_layer_body(rank: int, world_size: int) -> None:
         assert two.total_bytes() == 4 * sum(r.elements for r in two.records)
 
     # The headline: BTP moves 7·b·s·r (+ statistics) per direction, far below the baselines.
-    args = ModelArgs.from_flavour("debug", linear="cola", vocab_size=VOCAB)
+    args = ModelArgs.from_flavor("debug", linear="cola", vocab_size=VOCAB)
     btp = total(per_layer(args, "btp", BATCH * SEQ)["forward"])[1]
     assert btp == 7 * BATCH * SEQ * args.rank + 2 * BATCH * SEQ
     vanilla = total(per_layer(args, "vanilla", BATCH * SEQ)["forward"])[1]

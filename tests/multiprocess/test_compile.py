@@ -89,7 +89,7 @@ def _one_graph_body(rank: int, world_size: int) -> None:
     mesh = init_device_mesh("cpu", (world_size,))
     for scheme, kind, grouped in SCHEMES:
         # 10 blocks: beyond dynamo's recompile limit (8), so a per-block recompile would fail fullgraph
-        args = ModelArgs.from_flavour("debug", linear=kind, vocab_size=VOCAB, n_layers=10, max_seq_len=SEQ,
+        args = ModelArgs.from_flavor("debug", linear=kind, vocab_size=VOCAB, n_layers=10, max_seq_len=SEQ,
                                       group_linears=grouped)
         torch._dynamo.reset()
         backend = CountingBackend()
@@ -107,7 +107,7 @@ def test_every_block_shares_one_compiled_graph_and_training_matches_eager():
 
 def _lowrank_body(rank: int, world_size: int) -> None:
     mesh = init_device_mesh("cpu", (world_size,))
-    args = ModelArgs.from_flavour("debug", linear="cola", vocab_size=VOCAB, n_layers=4, max_seq_len=SEQ)
+    args = ModelArgs.from_flavor("debug", linear="cola", vocab_size=VOCAB, n_layers=4, max_seq_len=SEQ)
     eager_curve, eager_grads = _train(_build(args, mesh, "btp"), steps=3)
     for min_cut in (False, True):
         counts = {}
@@ -132,7 +132,7 @@ def test_compiled_lowrank_checkpointing_adds_no_collective_and_matches_eager():
 
 def _inductor_body(rank: int, world_size: int) -> None:
     mesh = init_device_mesh("cpu", (world_size,))
-    args = ModelArgs.from_flavour("debug", linear="cola", vocab_size=VOCAB, n_layers=2, max_seq_len=SEQ)
+    args = ModelArgs.from_flavor("debug", linear="cola", vocab_size=VOCAB, n_layers=2, max_seq_len=SEQ)
     eager, _ = _train(_build(args, mesh, "btp"), steps=2)
     compiled, _ = _train(_build(args, mesh, "btp", ac="lowrank", backend="inductor"), steps=2)
     _close(compiled, eager, "inductor + low-rank AC")

@@ -27,7 +27,7 @@ WORLD = 4
 
 
 def _args() -> ModelArgs:
-    args = ModelArgs.from_flavour("debug", linear="cola", vocab_size=256, n_layers=2, max_seq_len=16)
+    args = ModelArgs.from_flavor("debug", linear="cola", vocab_size=256, n_layers=2, max_seq_len=16)
     args.init_seed = 7
     return args
 

@@ -106,7 +106,7 @@ def test_online_and_sync_rmsnorm_gradcheck(world_size):
 
 
 def _model(kind="cola", n_layers=2, seq=32, **kw):
-    return ModelArgs.from_flavour("debug", linear=kind, vocab_size=256, n_layers=n_layers, max_seq_len=seq, **kw)
+    return ModelArgs.from_flavor("debug", linear=kind, vocab_size=256, n_layers=n_layers, max_seq_len=seq, **kw)
 
 
 def _ac_body(rank: int, world_size: int) -> None:

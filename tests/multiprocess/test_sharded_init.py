@@ -29,7 +29,7 @@ PP_TP_CASES = [("cola", True, "btp", 48)]
 
 
 def _args(kind: str, grouped: bool) -> ModelArgs:
-    args = ModelArgs.from_flavour("debug", linear=kind, vocab_size=256, n_layers=2, group_linears=grouped,
+    args = ModelArgs.from_flavor("debug", linear=kind, vocab_size=256, n_layers=2, group_linears=grouped,
                                   max_seq_len=16)
     args.init_seed = 7
     return args
@@ -113,7 +113,7 @@ def test_a_model_built_on_meta_initialises_on_any_ambient_device():
 
     from boost import ModelArgs, Transformer
 
-    args = ModelArgs.from_flavour("debug", vocab_size=512, init_seed=1)
+    args = ModelArgs.from_flavor("debug", vocab_size=512, init_seed=1)
     eager = Transformer(args)
     with torch.device("meta"):
         model = Transformer(args)

@@ -42,7 +42,7 @@ PARITY_CASES = [
 
 
 def _args(kind: str, grouped: bool, n_kv_heads: int | None = None, n_layers: int = 2) -> ModelArgs:
-    return ModelArgs.from_flavour(
+    return ModelArgs.from_flavor(
         "debug", linear=kind, vocab_size=VOCAB, n_layers=n_layers, group_linears=grouped, max_seq_len=SEQ,
         **({} if n_kv_heads is None else {"n_kv_heads": n_kv_heads}),
     )
@@ -192,7 +192,7 @@ def test_boost_parallel_style_on_a_plain_sequential():
 
 
 def test_apply_tp_refuses_shapes_that_do_not_divide():
-    # debug flavour has 4 kv heads: TP 8 cannot place them; here the check runs before any sharding.
+    # debug flavor has 4 kv heads: TP 8 cannot place them; here the check runs before any sharding.
     from boost.parallel import check_tp_shapes
 
     args = _args("cola", True)

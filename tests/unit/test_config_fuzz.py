@@ -7,7 +7,7 @@ malformed command-line override. Each variant goes through ``check_job`` (the pr
 ``run_train.sh``) at the world size its original runs at.
 A variant either passes, or raises ``ConfigError`` whose message names the mutated field (or a
 section it swapped); anything else raised is a crash, and there must be none. A few passing
-debug-flavour variants then build the model their config describes and take one optimizer step.
+debug-flavor variants then build the model their config describes and take one optimizer step.
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def one_step(job) -> float:
     from boost.model import Transformer
     from torchtitan_ext.model import JobModelArgs
 
-    args = JobModelArgs.from_flavour(job.model.flavor)
+    args = JobModelArgs.from_flavor(job.model.flavor)
     args.update_from_config(job)
     model = Transformer(args)
     dims = ParallelDims(dp_replicate=1, dp_shard=1, cp=1, tp=1, pp=1, ep=1, etp=1, world_size=1)

@@ -48,7 +48,7 @@ def test_windows_are_torchtitans_validation_windows(tokenizer, tmp_path):
 
 def test_score_is_cross_entropy_and_bytes_are_the_texts(tokenizer):
     torch.manual_seed(0)
-    model = Transformer(ModelArgs.from_flavour("debug", vocab_size=tokenizer.vocab_size, n_layers=2)).eval()
+    model = Transformer(ModelArgs.from_flavor("debug", vocab_size=tokenizer.vocab_size, n_layers=2)).eval()
     lengths = token_byte_lengths(tokenizer)
     one_doc = tokenizer.encode(DOCS[1])
     assert int(lengths[torch.tensor(one_doc)].sum()) == len(DOCS[1].encode("utf-8"))  # BOS counts no byte

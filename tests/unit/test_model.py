@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 import torch
 
-from boost import FLAVOURS, ModelArgs, Transformer, flops_per_token
+from boost import FLAVORS, ModelArgs, Transformer, flops_per_token
 from boost.model.grouped_state import to_grouped, to_ungrouped
 from boost.model.model import FeedForward
 
@@ -22,25 +22,25 @@ def closed_form_params(args: ModelArgs) -> int:
     return l * (block + 2 * d) + 2 * v * d + d  # + per-layer norms, untied embedding and head, final norm
 
 
-@pytest.mark.parametrize("flavour", list(FLAVOURS))
+@pytest.mark.parametrize("flavor", list(FLAVORS))
 @pytest.mark.parametrize("kind", KINDS)
-def test_param_count_matches_closed_form(flavour, kind):
-    args = ModelArgs.from_flavour(flavour, linear=kind, vocab_size=32000)
+def test_param_count_matches_closed_form(flavor, kind):
+    args = ModelArgs.from_flavor(flavor, linear=kind, vocab_size=32000)
     with torch.device("meta"):
         model = Transformer(args)
     assert sum(p.numel() for p in model.parameters()) == closed_form_params(args)
 
 
 def test_low_rank_to_dense_linear_ratio_is_about_2_53():
-    for flavour in ("1B", "7B", "13B"):
-        d, f = FLAVOURS[flavour].dim, FLAVOURS[flavour].ffn_dim
+    for flavor in ("1B", "7B", "13B"):
+        d, f = FLAVORS[flavor].dim, FLAVORS[flavor].ffn_dim
         r = d // 4
         ratio = (4 * d * d + 3 * d * f) / (8 * d * r + 3 * r * (d + f))
-        assert 2.45 < ratio < 2.6, (flavour, ratio)
+        assert 2.45 < ratio < 2.6, (flavor, ratio)
 
 
 def test_flops_count_factor_shapes():
-    dense = ModelArgs.from_flavour("7B", linear="full", vocab_size=32000)
+    dense = ModelArgs.from_flavor("7B", linear="full", vocab_size=32000)
     low = dataclasses.replace(dense, linear="cola")
     d, f, r, s, l, v = 4096, 11008, 1024, 4096, 32, 32000
     assert flops_per_token(dense, s) == 6 * (l * (4 * d * d + 3 * d * f) + d * v) + 12 * l * d * s
@@ -49,7 +49,7 @@ def test_flops_count_factor_shapes():
 
 @pytest.mark.parametrize("kind", ("svd", "cola", "lax"))
 def test_grouped_and_ungrouped_compute_the_same_function(kind):
-    args = ModelArgs.from_flavour("debug", linear=kind, vocab_size=512, n_layers=2, max_seq_len=32)
+    args = ModelArgs.from_flavor("debug", linear=kind, vocab_size=512, n_layers=2, max_seq_len=32)
     grouped = Transformer(args).double()
     flat_args = dataclasses.replace(args, group_linears=False)
     with torch.device("meta"):
@@ -72,13 +72,13 @@ def test_grouped_and_ungrouped_initialise_identically():
     outs = []
     for grouped in (True, False):
         torch.manual_seed(3)
-        model = Transformer(ModelArgs.from_flavour("debug", vocab_size=512, n_layers=2, group_linears=grouped))
+        model = Transformer(ModelArgs.from_flavor("debug", vocab_size=512, n_layers=2, group_linears=grouped))
         outs.append(model(tokens))
     torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
 
 
 def test_seed_determines_the_model():
-    args = ModelArgs.from_flavour("debug", vocab_size=512, n_layers=1)
+    args = ModelArgs.from_flavor("debug", vocab_size=512, n_layers=1)
     torch.manual_seed(7)
     a = Transformer(args).state_dict()
     torch.manual_seed(7)
@@ -90,7 +90,7 @@ def test_seed_determines_the_model():
 
 
 def test_gqa_bottleneck_batches_only_equal_shapes():
-    model = Transformer(ModelArgs.from_flavour("debug", vocab_size=512, n_layers=1))  # 8 heads, 4 kv heads
+    model = Transformer(ModelArgs.from_flavor("debug", vocab_size=512, n_layers=1))  # 8 heads, 4 kv heads
     wqkv = model.layers["0"].attention.wqkv
     assert [tuple(u.weight.shape) for u in wqkv.up] == [(256, 64), (2, 128, 64)]
     w13 = model.layers["0"].feed_forward.w13
@@ -99,13 +99,13 @@ def test_gqa_bottleneck_batches_only_equal_shapes():
 
 def test_bad_shapes_are_refused_with_the_field_named():
     with pytest.raises(ValueError, match="rank"):
-        ModelArgs.from_flavour("debug", rank=300)
+        ModelArgs.from_flavor("debug", rank=300)
     with pytest.raises(ValueError, match="n_kv_heads"):
-        ModelArgs.from_flavour("debug", n_kv_heads=3)
+        ModelArgs.from_flavor("debug", n_kv_heads=3)
     with pytest.raises(ValueError, match="unknown"):
-        ModelArgs.from_flavour("debug", linear="lora")
-    with pytest.raises(ValueError, match="flavour"):
-        ModelArgs.from_flavour("2B")
+        ModelArgs.from_flavor("debug", linear="lora")
+    with pytest.raises(ValueError, match="flavor"):
+        ModelArgs.from_flavor("2B")
 
 
 # The CoLA authors' released configs, github alvin-zyl/CoLA at 91ff0d1, cola_configs/cola_{60m,130m,350m,1b,7b}.json
@@ -119,13 +119,13 @@ COLA_CONFIGS = {
 }
 
 
-@pytest.mark.parametrize("flavour", list(COLA_CONFIGS))
-def test_flavours_follow_the_cola_authors_configs(flavour):
-    args = ModelArgs.from_flavour(flavour, linear="cola", vocab_size=32000)
-    ffn = 5461 if flavour == "1B" else args.ffn_dim  # BOOST's one deliberate difference (FLAVOURS says why)
-    assert (args.dim, args.n_layers, args.n_heads, ffn, args.rank, args.only_lr_act) == COLA_CONFIGS[flavour]
-    assert "alvin-zyl/CoLA" in FLAVOURS[flavour].source
-    if flavour == "1B":
+@pytest.mark.parametrize("flavor", list(COLA_CONFIGS))
+def test_flavors_follow_the_cola_authors_configs(flavor):
+    args = ModelArgs.from_flavor(flavor, linear="cola", vocab_size=32000)
+    ffn = 5461 if flavor == "1B" else args.ffn_dim  # BOOST's one deliberate difference (FLAVORS says why)
+    assert (args.dim, args.n_layers, args.n_heads, ffn, args.rank, args.only_lr_act) == COLA_CONFIGS[flavor]
+    assert "alvin-zyl/CoLA" in FLAVORS[flavor].source
+    if flavor == "1B":
         assert args.ffn_dim % 8 == 0 and all(5461 % t for t in (2, 4, 8))
 
 
@@ -137,11 +137,11 @@ def test_only_lr_act_reaches_the_model_from_the_toml():
     small_vocab = ["--boost.tokenizer_vocab_size", "512"]  # the tokenizer is trained here: keep it quick
     for name, want_rank, want_act in (("60M", 128, False), ("130M", 256, False), ("350M", 256, True)):
         job = check_job(["--job.config_file", str(ROOT / "train_configs" / f"{name}.toml"), *small_vocab], world_size=1)
-        args = JobModelArgs.from_flavour(name)
+        args = JobModelArgs.from_flavor(name)
         args.update_from_config(job)
         assert (args.rank, args.only_lr_act) == (want_rank, want_act), name
     job = check_job(["--job.config_file", str(ROOT / "train_configs" / "60M.toml"), *small_vocab, "--boost.only_lr_act"],
                     world_size=1)
-    args = JobModelArgs.from_flavour("60M")
+    args = JobModelArgs.from_flavor("60M")
     args.update_from_config(job)
     assert args.only_lr_act and not FeedForward(args).gate_act

@@ -33,7 +33,7 @@ PAPER_RUN = dict(hardware="a100", micro_batch=4, seq_len=4096)  # the reference 
 def test_paper_table_within_15_percent():
     rows = [r for r in paper_table() if "comm" not in r["scheme"]]
     assert len(rows) == 15
-    misses = {(r["flavour"], r["scheme"]) for r in rows if abs(r["rel_error"]) > 0.15}
+    misses = {(r["flavor"], r["scheme"]) for r in rows if abs(r["rel_error"]) > 0.15}
     assert misses <= KNOWN_MISSES, f"new misses: {misses - KNOWN_MISSES}"
     assert len(misses) <= 3
     # the misses are near misses, not a different regime
@@ -57,9 +57,9 @@ def test_paper_comm_row_within_15_percent():
         assert r["gib"] == pytest.approx(r["reported_gib"], rel=0.06), r
 
 
-@pytest.mark.parametrize("flavour,tp", [("3B", 2), ("7B", 4), ("13B", 4), ("30B", 8)])
-def test_btp_fastest_with_tensor_parallelism(flavour, tp):
-    times = {s: predict_step_time(flavour, s, tp, 1, **PAPER_RUN)
+@pytest.mark.parametrize("flavor,tp", [("3B", 2), ("7B", 4), ("13B", 4), ("30B", 8)])
+def test_btp_fastest_with_tensor_parallelism(flavor, tp):
+    times = {s: predict_step_time(flavor, s, tp, 1, **PAPER_RUN)
              for s in ("btp", "vanilla", "megatron")}
     assert times["btp"] < times["vanilla"] and times["btp"] < times["megatron"], times
 
@@ -114,7 +114,7 @@ def test_unknown_inputs_raise():
         predict_step_time("7B", "btp", 4, 1, hardware="tpu", micro_batch=4, seq_len=4096)
     with pytest.raises(ValueError, match="unknown tp scheme"):
         predict_step_time("7B", "zigzag", 4, 1, **PAPER_RUN)
-    with pytest.raises(ValueError, match="unknown flavour"):
+    with pytest.raises(ValueError, match="unknown flavor"):
         predict_step_time("9B", "btp", 4, 1, **PAPER_RUN)
 
 
@@ -133,46 +133,46 @@ def test_planner_7b_on_16_a100():
 
 
 def test_planner_cli_and_errors(capsys):
-    assert plan_main(["--flavour", "7B", "--gpus", "16", "--hardware", "a100", "--top", "3"]) == 0
+    assert plan_main(["--flavor", "7B", "--gpus", "16", "--hardware", "a100", "--top", "3"]) == 0
     out = capsys.readouterr().out
     assert "best layout overrides" in out and "--boost.tp_scheme" in out
     with pytest.raises(ValueError, match="no layout"):
         enumerate_layouts("30B", 1, "a100")
-    with pytest.raises(ValueError, match="unknown flavour"):
+    with pytest.raises(ValueError, match="unknown flavor"):
         enumerate_layouts("9B", 16, "a100")
     with pytest.raises(ValueError, match="unknown hardware"):
         enumerate_layouts("7B", 16, "tpu")
-    assert plan_main(["--flavour", "30B", "--gpus", "1"]) == 2
+    assert plan_main(["--flavor", "30B", "--gpus", "1"]) == 2
     assert "no layout" in capsys.readouterr().err
 
 
 def test_planner_refuses_non_positive_sizes_naming_the_argument(capsys):
     for flag in ("--micro-batch", "--seq-len", "--gpus"):
         with pytest.raises(SystemExit) as exit_info:
-            plan_main(["--flavour", "7B", "--gpus", "16", flag, "0"])
+            plan_main(["--flavor", "7B", "--gpus", "16", flag, "0"])
         assert exit_info.value.code == 2
         assert f"argument {flag}: must be at least 1, got 0" in capsys.readouterr().err
 
 
-# (flavour, gpus, linear): a shipped flavour TOML and the planner's layouts for it (their overrides set the kind)
+# (flavor, gpus, linear): a shipped flavor TOML and the planner's layouts for it (their overrides set the kind)
 PLANNED = [("1B", 8, "svd"), ("13B", 32, "lax"), ("30B", 32, "full")]
 
 
-def _accepted(flavour: str, gpus: int, linear: str, overrides: str):
+def _accepted(flavor: str, gpus: int, linear: str, overrides: str):
     from torchtitan_ext.preflight import check_job
 
-    return check_job(["--job.config_file", f"train_configs/{flavour}.toml", *overrides.split()],
+    return check_job(["--job.config_file", f"train_configs/{flavor}.toml", *overrides.split()],
                      world_size=gpus)
 
 
 def test_every_printed_layout_is_accepted_by_validation(capsys):
     # the printed best layout's overrides, exactly as printed
-    for flavour, gpus, linear in PLANNED:
-        assert plan_main(["--flavour", flavour, "--gpus", str(gpus), "--linear", linear]) == 0
+    for flavor, gpus, linear in PLANNED:
+        assert plan_main(["--flavor", flavor, "--gpus", str(gpus), "--linear", linear]) == 0
         printed = capsys.readouterr().out.split("best layout overrides:\n")[1].strip()
-        _accepted(flavour, gpus, linear, printed)
+        _accepted(flavor, gpus, linear, printed)
         if linear == "lax":  # validation refuses LaX under PP, so the planner must not offer it
-            assert all(l.pp == 1 for l in enumerate_layouts(flavour, gpus, "a100", linear=linear))
+            assert all(l.pp == 1 for l in enumerate_layouts(flavor, gpus, "a100", linear=linear))
     # and every row of the 7B table (btp and vanilla, with and without PP, each AC mode)
     for layout in enumerate_layouts("7B", 16, "a100", linear="cola")[:10]:
         job = _accepted("7B", 16, "cola", layout.overrides("cola", max(1, layout.pp), 4, 4096))

@@ -25,7 +25,7 @@ def test_fork_splits_as_torchtitan_does(schedule: str, stages_per_rank: int, v_s
     num_stages = pp * stages_per_rank
     module_names = generate_llm_fqn_per_model_part(num_stages, N_LAYERS, 1, 1)
     with torch.device("meta"):
-        model = Transformer(ModelArgs.from_flavour("debug", linear="cola", vocab_size=512, n_layers=N_LAYERS))
+        model = Transformer(ModelArgs.from_flavor("debug", linear="cola", vocab_size=512, n_layers=N_LAYERS))
     for pp_rank in range(pp):
         # a fake process group as this rank: torchtitan's split reads the rank from the mesh
         dist.init_process_group("fake", store=FakeStore(), rank=pp_rank, world_size=pp)

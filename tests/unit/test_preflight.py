@@ -293,7 +293,7 @@ def test_every_shipped_config_is_valid_for_every_linear_kind():
     from torchtitan_ext.config import linear_kind_overrides
 
     configs = sorted((ROOT / "train_configs").glob("*.toml"))
-    assert len(configs) == 9  # debug and one per flavour: the linear kind is an override
+    assert len(configs) == 9  # debug and one per flavor: the linear kind is an override
     for cfg in configs:
         values = load_toml(str(cfg))
         world = values["parallelism"]["tensor_parallel_degree"] * values["parallelism"]["pipeline_parallel_degree"]

@@ -106,7 +106,7 @@ def test_full_activation_checkpointing_gets_a_copy_of_the_section(tmp_path):
     read = copy.deepcopy(job)
     from torchtitan_ext.model import JobModelArgs, JobTransformer
 
-    args = JobModelArgs.from_flavour(job.model.flavor)
+    args = JobModelArgs.from_flavor(job.model.flavor)
     args.update_from_config(job)
     model = JobTransformer(args)
     parallelize_boost(model, _one_device_parallel_dims(), job)

@@ -8,7 +8,7 @@ jobs (a seed checkpoint, a resumed run) describes each one truthfully. DCP reads
 ``.metadata`` names, so the extra file is invisible to it.
 
 The identity is every ``ModelArgs`` field that changes what the model computes from its weights
-(kind, rank, grouping, vocabulary, dims, ...), the flavour, and how the pre-norm normalises; the
+(kind, rank, grouping, vocabulary, dims, ...), the flavor, and how the pre-norm normalises; the
 parallel layout is *not* part of it: TP/PP/FSDP degrees reshard through DCP. The kind fixes σ and
 the LaX crossing, ``only_lr_act`` the MLP's activation, grouping where the pre-norms live (inside
 their grouped reader, or in the block).
@@ -29,7 +29,7 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-from boost.model.args import FLAVOURS, ModelArgs
+from boost.model.args import FLAVORS, ModelArgs
 from boost.rules import MODEL_NAME, norm_is_shard_local
 
 IDENTITY_FILE = "boost_model.json"
@@ -105,14 +105,14 @@ def model_identity(args: ModelArgs, job) -> dict:
 def planned_model_identity(job) -> dict | None:
     """The identity of the model the trainer will build for ``job`` (``None`` for non-BOOST models).
 
-    Built the way torchtitan does it: the flavour's args, then ``update_from_config`` (which reads
+    Built the way torchtitan does it: the flavor's args, then ``update_from_config`` (which reads
     the tokenizer's vocabulary).
     """
-    if job.model.name != MODEL_NAME or job.model.flavor not in FLAVOURS:
+    if job.model.name != MODEL_NAME or job.model.flavor not in FLAVORS:
         return None
     from torchtitan_ext.model import JobModelArgs  # reads the tokenizer: only when a checkpoint is checked
 
-    args = JobModelArgs.from_flavour(job.model.flavor)
+    args = JobModelArgs.from_flavor(job.model.flavor)
     args.update_from_config(job)
     return model_identity(args, job)
 

@@ -4,7 +4,7 @@ Each ``Rule`` names the field it refuses, says in words what must hold (the docs
 a :class:`JobContext`; a broken rule ends the check with ``<field> = <value>: <what to change>``.
 Rules run after the type check (``torchtitan_ext.preflight.config_types``), so they may assume well-typed
 values, and in table order, so a rule may assume every rule above it held (the TP-shape rules
-assume a known flavour, the batch rules a consistent mesh). The preflight runs them on the job's values
+assume a known flavor, the batch rules a consistent mesh). The preflight runs them on the job's values
 before torchtitan builds its dataclasses, whose ``__post_init__`` checks name no field: the table
 restates those checks (``validation.steps``, ``parallelism.context_parallel_load_balancer``) with the
 field and the fix.
@@ -22,7 +22,7 @@ from functools import cached_property
 from typing import Any
 
 from boost import rules
-from boost.model.args import FLAVOURS, ModelArgs
+from boost.model.args import FLAVORS, ModelArgs
 from boost.rules import AC_MODES, KINDS, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
 
 # torchtitan.components.optimizer.build_optimizers knows these two (NotImplementedError otherwise).
@@ -77,7 +77,7 @@ class JobContext:
 
     @cached_property
     def model_args(self) -> ModelArgs:
-        return ModelArgs.from_flavour(self.job.model.flavor)
+        return ModelArgs.from_flavor(self.job.model.flavor)
 
     @property
     def rank(self) -> int:
@@ -238,7 +238,7 @@ def _rank_below_smallest_dim(ctx: JobContext) -> str | None:
         return None
     args = ctx.model_args
     problem = rules.rank_problem(ctx.rank, args.dim, args.kv_heads * args.head_dim)
-    return None if problem is None else f"{problem} for flavour {ctx.job.model.flavor}"
+    return None if problem is None else f"{problem} for flavor {ctx.job.model.flavor}"
 
 
 def _tp_divides_model(ctx: JobContext) -> str | None:
@@ -246,7 +246,7 @@ def _tp_divides_model(ctx: JobContext) -> str | None:
         return None
     args = ctx.model_args
     problem = rules.tp_shape_problem(rules.tp_sharded_dims(args.n_heads, args.kv_heads, args.dim, args.ffn_dim), ctx.tp)
-    return None if problem is None else f"{problem} of flavour {ctx.job.model.flavor}"
+    return None if problem is None else f"{problem} of flavor {ctx.job.model.flavor}"
 
 
 def _vocab_divisible_by_tp(ctx: JobContext) -> str | None:
@@ -282,7 +282,7 @@ def _profiling_applies(ctx: JobContext) -> bool:
 RULES: tuple[Rule, ...] = (
     # The job
     one_of("model.name", (rules.MODEL_NAME,), "this launcher trains BOOST's model"),
-    one_of("model.flavor", tuple(FLAVOURS)),
+    one_of("model.flavor", tuple(FLAVORS)),
     one_of("boost.linear", LINEAR_KINDS),
     one_of("boost.norm", NORM_MODES),
     one_of("boost.tp_scheme", TP_SCHEMES),
@@ -320,7 +320,7 @@ RULES: tuple[Rule, ...] = (
     # Tensor parallelism
     Rule("boost.tp_scheme", "megatron for linear = full, btp or vanilla otherwise (TP > 1)",
          lambda c: rules.tp_scheme_problem(c.boost.linear, c.boost.tp_scheme, c.tp)),
-    Rule("parallelism.tensor_parallel_degree", "divides n_heads, kv_heads, dim, ffn_dim of the flavour",
+    Rule("parallelism.tensor_parallel_degree", "divides n_heads, kv_heads, dim, ffn_dim of the flavor",
          _tp_divides_model),
     Rule("boost.tokenizer_vocab_size", "divisible by the TP degree", _vocab_divisible_by_tp),
     Rule("boost.group_linears", "false under tp_scheme = vanilla (TP > 1)",
