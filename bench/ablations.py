@@ -46,7 +46,12 @@ def _body(rank, world_size, flavor, seq, batch, reps, warmup):
             times[name].append(t)
             held[name].append(h)
     for name in runs:
-        out[name] = (comm[name].total_count(), comm[name].total_bytes(), median(times[name]), median(held[name]))
+        out[name] = (
+            comm[name].total_count(),
+            comm[name].total_bytes(),
+            median(times[name]),
+            median(held[name]),
+        )
     return out
 
 
@@ -61,7 +66,8 @@ def main() -> None:
     a = p.parse_args()
     res = spawn(_body, a.tp, a.flavor, a.seq, a.batch, a.reps, a.warmup)
     lines = [
-        f"# Ablations at TP={a.tp} on CPU/gloo — CoLA {a.flavor}, seq {a.seq}, batch {a.batch}, {a.reps} interleaved reps",
+        f"# Ablations at TP={a.tp} on CPU/gloo — CoLA {a.flavor}, seq {a.seq}, batch {a.batch}, "
+        f"{a.reps} interleaved reps",
         f"date {datetime.date.today()}; command: python -m bench.ablations --tp {a.tp} --flavor {a.flavor} "
         f"--seq {a.seq} --batch {a.batch} --reps {a.reps}",
         "",
@@ -78,7 +84,9 @@ def main() -> None:
         rate[mode] = dm / dt if dt > 0 else float("inf")
         lines.append(f"| {mode} | {dm:.1f} | {dt:.3f} | {rate[mode]:.1f} |")
     if rate["AC full"] not in (0, float("inf")):
-        lines.append(f"\nlowrank/full rate ratio: {rate['AC lowrank'] / rate['AC full']:.2f}× (target ≥ 1.5×)")
+        lines.append(
+            f"\nlowrank/full rate ratio: {rate['AC lowrank'] / rate['AC full']:.2f}× (target ≥ 1.5×)"
+        )
     print("\n".join(lines))
 
 

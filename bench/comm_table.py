@@ -43,20 +43,29 @@ def main() -> None:
     p.add_argument("--dtype-bytes", type=int, default=2)
     p.add_argument("--png", default="")
     a = p.parse_args()
-    print(f"# TP communication per layer (b={a.batch}, s={a.seq}, {a.dtype_bytes}-byte elements); "
-          "per step = per layer × layers, forward + backward\n")
-    print("| flavor | TP | scheme | fwd collectives | fwd MiB/layer | bwd collectives | bwd MiB/layer | GiB/step |")
+    print(
+        f"# TP communication per layer (b={a.batch}, s={a.seq}, {a.dtype_bytes}-byte elements); "
+        "per step = per layer × layers, forward + backward\n"
+    )
+    print(
+        "| flavor | TP | scheme | fwd collectives | fwd MiB/layer | bwd collectives | bwd MiB/layer | GiB/step |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     data = list(rows(a.batch, a.seq, a.dtype_bytes))
     for flavor, tp, scheme, fc, fb, bc, bb, layers in data:
-        print(f"| {flavor} | {tp} | {scheme} | {fc} | {fb / 2**20:.1f} | {bc} | {bb / 2**20:.1f} | "
-              f"{(fb + bb) * layers / 2**30:.2f} |")
+        print(
+            f"| {flavor} | {tp} | {scheme} | {fc} | {fb / 2**20:.1f} | {bc} | {bb / 2**20:.1f} | "
+            f"{(fb + bb) * layers / 2**30:.2f} |"
+        )
     if a.png:
         plt = pyplot()
         fig, ax = plt.subplots(figsize=(8, 4))
         flavors = [f for f in FLAVORS if f != "debug"]
         for scheme in ("megatron", "vanilla", "btp (online)"):
-            ys = [next(fb for fl, tp, sc, _, fb, *_ in data if fl == f and tp == 4 and sc == scheme) / 2**20 for f in flavors]
+            ys = [
+                next(fb for fl, tp, sc, _, fb, *_ in data if fl == f and tp == 4 and sc == scheme) / 2**20
+                for f in flavors
+            ]
             ax.plot(flavors, ys, marker="o", label=scheme)
         ax.set_yscale("log")
         ax.set_ylabel("forward MiB per layer (TP=4)")

@@ -28,25 +28,57 @@ from boost.rules import KINDS
 ROOT = Path(__file__).resolve().parents[1]
 # (label, kind, processes, overrides); cola with only_lr_act false keeps SwiGLU's full-width SiLU, as the
 # CoLA authors' 60M/130M configs do: what the switch costs in loss and time
-RUNS = [("full", "full", 1, []), ("svd", "svd", 1, []), ("cola", "cola", 1, []),
-        ("cola (only_lr_act false)", "cola", 1, ["--boost.no-only-lr-act"]), ("lax", "lax", 1, []),
-        ("cola (btp, TP=2)", "cola", 2,
-         ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"])]
+RUNS = [
+    ("full", "full", 1, []),
+    ("svd", "svd", 1, []),
+    ("cola", "cola", 1, []),
+    ("cola (only_lr_act false)", "cola", 1, ["--boost.no-only-lr-act"]),
+    ("lax", "lax", 1, []),
+    (
+        "cola (btp, TP=2)",
+        "cola",
+        2,
+        ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"],
+    ),
+]
 
 
-def train(kind: str, ngpu: int, extra: list[str], args, out: Path) -> tuple[list[tuple[int, float, float]], float]:
-    cmd = ["./run_train.sh", "--job.dump_folder", str(out), "--boost.linear", kind, "--model.flavor", args.flavor,
-           "--training.steps", str(args.steps), "--checkpoint.no-enable", "--metrics.log_freq", "10",
-           "--validation.freq", str(max(10, args.steps // 10)), *extra]
+def train(
+    kind: str, ngpu: int, extra: list[str], args, out: Path
+) -> tuple[list[tuple[int, float, float]], float]:
+    cmd = [
+        "./run_train.sh",
+        "--job.dump_folder",
+        str(out),
+        "--boost.linear",
+        kind,
+        "--model.flavor",
+        args.flavor,
+        "--training.steps",
+        str(args.steps),
+        "--checkpoint.no-enable",
+        "--metrics.log_freq",
+        "10",
+        "--validation.freq",
+        str(max(10, args.steps // 10)),
+        *extra,
+    ]
     if ngpu > 1:
         cmd += ["--boost.tp_scheme", KINDS[kind].tp_scheme]
     start = time.time()
-    proc = subprocess.run(cmd, cwd=ROOT, env=dict(os.environ, NGPU=str(ngpu), PYTHON=sys.executable),
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        cmd,
+        cwd=ROOT,
+        env=dict(os.environ, NGPU=str(ngpu), PYTHON=sys.executable),
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode:
         raise SystemExit(proc.stdout[-3000:] + proc.stderr[-3000:])
     log = proc.stdout + proc.stderr
-    stamps = re.findall(r"(\d\d):(\d\d):(\d\d),(\d+) - root - INFO - \S*validate step:\s+(\d+)\s+\S*loss:\s+([\d.]+)", log)
+    stamps = re.findall(
+        r"(\d\d):(\d\d):(\d\d),(\d+) - root - INFO - \S*validate step:\s+(\d+)\s+\S*loss:\s+([\d.]+)", log
+    )
     points, t0 = [], None
     for h, m, sec, ms, step, loss in stamps:
         clock = int(h) * 3600 + int(m) * 60 + int(sec) + int(ms) / 1000
@@ -69,17 +101,29 @@ def main() -> None:
         results[label] = train(kind, ngpu, extra, a, Path(a.out) / folder)
     # time-to-loss: the first validation at or below a loss every run reaches (the worst final loss)
     target = max(points[-1][1] for points, _ in results.values())
-    print(f"# Convergence on the stdlib corpus — {a.flavor}, {a.steps} steps, same tokens, schedule and seed\n")
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; date {datetime.date.today()}")
-    print(f"command: python -m bench.convergence --flavor {a.flavor} --steps {a.steps}"
-          + (f" --png {a.png}" if a.png else "") + "\n")
-    print(f"| run | final val loss | tokens | wall s | tokens to val loss {target:.3f} | s to val loss {target:.3f} |")
+    print(
+        f"# Convergence on the stdlib corpus — {a.flavor}, {a.steps} steps, same tokens, schedule and seed\n"
+    )
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
+        f"date {datetime.date.today()}"
+    )
+    print(
+        f"command: python -m bench.convergence --flavor {a.flavor} --steps {a.steps}"
+        + (f" --png {a.png}" if a.png else "")
+        + "\n"
+    )
+    print(
+        f"| run | final val loss | tokens | wall s | tokens to val loss {target:.3f} | s to val loss {target:.3f} |"
+    )
     print("|---|---|---|---|---|---|")
     for label, (points, wall) in results.items():
         step, loss, _ = points[-1]
         hit = next((s, t) for s, v, t in points if v <= target)
-        print(f"| {label} | {loss:.4f} | {step * tokens_per_step:,} | {wall:.0f} | {hit[0] * tokens_per_step:,} | "
-              f"{hit[1]:.0f} |")
+        print(
+            f"| {label} | {loss:.4f} | {step * tokens_per_step:,} | {wall:.0f} | {hit[0] * tokens_per_step:,} | "
+            f"{hit[1]:.0f} |"
+        )
     print("\nvalidation loss by step:\n")
     steps = [s for s, _, _ in next(iter(results.values()))[0]]
     print("| step | " + " | ".join(results) + " |")
@@ -91,7 +135,12 @@ def main() -> None:
         plt = pyplot()
         fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 4))
         for label, (points, _) in results.items():
-            ax1.plot([s * tokens_per_step for s, _, _ in points], [v for _, v, _ in points], marker=".", label=label)
+            ax1.plot(
+                [s * tokens_per_step for s, _, _ in points],
+                [v for _, v, _ in points],
+                marker=".",
+                label=label,
+            )
             ax2.plot([t for *_, t in points], [v for _, v, _ in points], marker=".", label=label)
         ax1.set_xlabel("tokens")
         ax2.set_xlabel("wall seconds (CPU)")

@@ -26,8 +26,12 @@ SCHEMES = (("megatron", "full", False), ("vanilla", "cola", False), ("btp", "col
 def _body(rank, world_size, flavor, seq, batch, reps, warmup, compiled):
     mesh = mesh_of(world_size)
     tokens = torch.randint(0, 2048, (batch, seq), generator=torch.Generator().manual_seed(0))
-    runs = {name: build(flavor, kind, name, mesh, grouped=grouped, seq=seq) for name, kind, grouped in SCHEMES}
-    comm = {name: count_step(*runs[name], tokens) for name in runs}  # eager: a dispatch mode cannot be compiled
+    runs = {
+        name: build(flavor, kind, name, mesh, grouped=grouped, seq=seq) for name, kind, grouped in SCHEMES
+    }
+    comm = {
+        name: count_step(*runs[name], tokens) for name in runs
+    }  # eager: a dispatch mode cannot be compiled
     if compiled:
         for name, kind, grouped in SCHEMES:
             model, opt = build(flavor, kind, name, mesh, grouped=grouped, seq=seq)
@@ -40,8 +44,15 @@ def _body(rank, world_size, flavor, seq, batch, reps, warmup, compiled):
         for name in runs:
             times[name].append(train_step(*runs[name], tokens)[0])
     split = {name: _profile_step(*runs[name], tokens) for name in runs}
-    return {name: (median(times[name]), comm[name.split()[0]].total_count(), comm[name.split()[0]].total_bytes(),
-                   split[name]) for name in runs}
+    return {
+        name: (
+            median(times[name]),
+            comm[name.split()[0]].total_count(),
+            comm[name.split()[0]].total_bytes(),
+            split[name],
+        )
+        for name in runs
+    }
 
 
 _GEMM = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}
@@ -56,8 +67,15 @@ def _profile_step(model, opt, tokens) -> dict[str, float]:
         train_step(model, opt, tokens, fence=False)
     split = {"GEMM": 0.0, "attention": 0.0, "collectives": 0.0, "other": 0.0}
     for event in prof.key_averages():
-        key = ("GEMM" if event.key in _GEMM else "attention" if "scaled_dot_product" in event.key
-               else "collectives" if event.key in _COMM else "other")
+        key = (
+            "GEMM"
+            if event.key in _GEMM
+            else "attention"
+            if "scaled_dot_product" in event.key
+            else "collectives"
+            if event.key in _COMM
+            else "other"
+        )
         split[key] += event.self_cpu_time_total / 1e6
     return split
 
@@ -70,21 +88,32 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--png", default="", help="also draw step time per scheme and TP degree (needs matplotlib)")
-    p.add_argument("--compile", action="store_true",
-                   help="also run each scheme with its blocks compiled (inductor), interleaved with the eager ones")
+    p.add_argument(
+        "--png", default="", help="also draw step time per scheme and TP degree (needs matplotlib)"
+    )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="also run each scheme with its blocks compiled (inductor), interleaved with the eager ones",
+    )
     a = p.parse_args()
     lines = [
         f"# CPU/gloo step time by TP scheme — {a.flavor}, seq {a.seq}, batch {a.batch}, {a.reps} interleaved reps",
-        f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} threads, torch {torch.__version__}; "
+        f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} "
+        f"threads, torch {torch.__version__}; "
         f"date {datetime.date.today()}; command: python -m bench.cpu_schemes --tp {' '.join(map(str, a.tp))} "
         f"--flavor {a.flavor} --seq {a.seq} --batch {a.batch} --reps {a.reps}{' --compile' if a.compile else ''}",
         "",
         "| TP | scheme | step s (median) | collectives/step | MiB/step | btp speed-up |",
         "|---|---|---|---|---|---|",
     ]
-    splits = ["", "one profiled step, rank 0, self CPU seconds:", "",
-              "| TP | scheme | GEMM | attention | collectives (wait) | other |", "|---|---|---|---|---|---|"]
+    splits = [
+        "",
+        "one profiled step, rank 0, self CPU seconds:",
+        "",
+        "| TP | scheme | GEMM | attention | collectives (wait) | other |",
+        "|---|---|---|---|---|---|",
+    ]
     step_times: dict[int, dict[str, float]] = {}
     for tp in a.tp:
         res = spawn(_body, tp, a.flavor, a.seq, a.batch, a.reps, a.warmup, a.compile)
@@ -94,14 +123,20 @@ def main() -> None:
             lines.append(f"| {tp} | {name} | {t:.3f} | {count} | {nbytes / 2**20:.1f} | {ratio:.2f}× |")
             splits.append(f"| {tp} | {name} | " + " | ".join(f"{v:.3f}" for v in split.values()) + " |")
     if a.compile:
-        splits += ["", "eager vs compiled (inductor, per block), median step seconds:", "",
-                   "| TP | scheme | eager | compiled | compiled speed-up | btp speed-up eager | btp speed-up compiled |",
-                   "|---|---|---|---|---|---|---|"]
+        splits += [
+            "",
+            "eager vs compiled (inductor, per block), median step seconds:",
+            "",
+            "| TP | scheme | eager | compiled | compiled speed-up | btp speed-up eager | btp speed-up compiled |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for tp, t in step_times.items():
             for name, _, _ in SCHEMES:
                 c = f"{name} compiled"
-                splits.append(f"| {tp} | {name} | {t[name]:.3f} | {t[c]:.3f} | {t[name] / t[c]:.2f}× | "
-                              f"{t[name] / t['btp']:.2f}× | {t[c] / t['btp compiled']:.2f}× |")
+                splits.append(
+                    f"| {tp} | {name} | {t[name]:.3f} | {t[c]:.3f} | {t[name] / t[c]:.2f}× | "
+                    f"{t[name] / t['btp']:.2f}× | {t[c] / t['btp compiled']:.2f}× |"
+                )
     print("\n".join(lines + splits))
     if a.png:
         _draw(step_times, f"{a.flavor}, seq {a.seq}, batch {a.batch}, CPU/gloo", a.png)

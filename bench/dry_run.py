@@ -82,9 +82,11 @@ class DryRun:
         ratio = f"{self.peak_rss / (self.predicted + PROCESS_OVERHEAD):.2f}"
         # torchtitan logs -1 where the rank holds no last stage
         losses = " ".join(f"{l:.3f}" for l in self.losses) if self.pp == 1 else "— (stage 0)"
-        return (f"| {self.flavor} | {self.kind} | {self.world_size} | {self.layout} | {self.peak_rss / gib:.2f} | "
-                f"{self.predicted / gib:.2f} | {ratio} | {self.build_init_s:.0f} | {self.first_step_s:.0f} | "
-                f"{self.cpu_s:.0f} | {losses} | {self.note} |")
+        return (
+            f"| {self.flavor} | {self.kind} | {self.world_size} | {self.layout} | {self.peak_rss / gib:.2f} | "
+            f"{self.predicted / gib:.2f} | {ratio} | {self.build_init_s:.0f} | {self.first_step_s:.0f} | "
+            f"{self.cpu_s:.0f} | {losses} | {self.note} |"
+        )
 
 
 def shipped_rows() -> list[tuple[str, str]]:
@@ -101,7 +103,9 @@ def flavor_toml(flavor: str) -> dict:
 
 def effective_config(toml: dict, overrides: list[str]) -> dict:
     """The TOML with ``--section.field value`` overrides (and tyro's ``--section.[no-]flag``) applied."""
-    config = {section: dict(fields) if isinstance(fields, dict) else fields for section, fields in toml.items()}
+    config = {
+        section: dict(fields) if isinstance(fields, dict) else fields for section, fields in toml.items()
+    }
     i = 0
     while i < len(overrides):
         section, _, field = overrides[i].removeprefix("--").partition(".")
@@ -123,8 +127,14 @@ def _layout(config: dict, world_size: int) -> tuple[int, int, int, int]:
     par = config["parallelism"]
     tp, pp = par.get("tensor_parallel_degree", 1), par.get("pipeline_parallel_degree", 1)
     replicate = par.get("data_parallel_replicate_degree", 1)
-    dp = data_parallel_degree(world_size, tp=tp, pp=pp, cp=par.get("context_parallel_degree", 1),
-                              dp_replicate=replicate, dp_shard=par.get("data_parallel_shard_degree", -1))
+    dp = data_parallel_degree(
+        world_size,
+        tp=tp,
+        pp=pp,
+        cp=par.get("context_parallel_degree", 1),
+        dp_replicate=replicate,
+        dp_shard=par.get("data_parallel_shard_degree", -1),
+    )
     return tp, pp, dp, dp // replicate
 
 
@@ -132,14 +142,26 @@ def predicted_bytes(config: dict, world_size: int, seq_len: int) -> float:
     """``boost.layout_planner``'s per-rank memory for the config's layout, fp32, no GPU workspace."""
     tp, pp, _, fsdp = _layout(config, world_size)
     boost, compiled = config["boost"], config.get("compile", {}).get("enable", False)
-    return memory_per_gpu(config["model"]["flavor"], boost["tp_scheme"], tp, pp, fsdp,
-                          boost["activation_checkpoint"], micro_batch=1, seq_len=seq_len,
-                          num_microbatches=max(pp, 1), linear=boost["linear"], dtype_bytes=4, workspace_bytes=0,
-                          compiled=compiled)
+    return memory_per_gpu(
+        config["model"]["flavor"],
+        boost["tp_scheme"],
+        tp,
+        pp,
+        fsdp,
+        boost["activation_checkpoint"],
+        micro_batch=1,
+        seq_len=seq_len,
+        num_microbatches=max(pp, 1),
+        linear=boost["linear"],
+        dtype_bytes=4,
+        workspace_bytes=0,
+        compiled=compiled,
+    )
 
 
-def dry_run(flavor: str, kind: str, world_size: int, steps: int, seq_len: int, extra: list[str],
-            timeout: float) -> DryRun:
+def dry_run(
+    flavor: str, kind: str, world_size: int, steps: int, seq_len: int, extra: list[str], timeout: float
+) -> DryRun:
     """One (flavor, kind) as rank 0 of ``world_size``; raises ``RuntimeError`` with the log's tail if it fails."""
     toml = flavor_toml(flavor)
     overrides = [*linear_kind_overrides(kind, toml), *extra]
@@ -148,14 +170,38 @@ def dry_run(flavor: str, kind: str, world_size: int, steps: int, seq_len: int, e
     batch = max(pp, 1)  # one micro-batch per pipeline stage in flight
     compile_args = ["--compile.backend", "aot_eager"] if config.get("compile", {}).get("enable") else []
     with tempfile.TemporaryDirectory(prefix="dry_run_") as dump:
-        cmd = ["./run_train.sh", "--training.steps", str(steps), "--training.seq_len", str(seq_len),
-               "--training.local_batch_size", str(batch), "--parallelism.pipeline_parallel_microbatch_size", "1",
-               "--training.mixed_precision_param", "float32", *compile_args, "--checkpoint.no-enable",
-               "--validation.no-enable", "--metrics.log_freq", "1", "--job.dump_folder", dump, *overrides]
-        env = dict(os.environ, DRY_RUN="1", NGPU=str(world_size), CONFIG_FILE=f"train_configs/{flavor}.toml",
-                   PYTHON=sys.executable)
+        cmd = [
+            "./run_train.sh",
+            "--training.steps",
+            str(steps),
+            "--training.seq_len",
+            str(seq_len),
+            "--training.local_batch_size",
+            str(batch),
+            "--parallelism.pipeline_parallel_microbatch_size",
+            "1",
+            "--training.mixed_precision_param",
+            "float32",
+            *compile_args,
+            "--checkpoint.no-enable",
+            "--validation.no-enable",
+            "--metrics.log_freq",
+            "1",
+            "--job.dump_folder",
+            dump,
+            *overrides,
+        ]
+        env = dict(
+            os.environ,
+            DRY_RUN="1",
+            NGPU=str(world_size),
+            CONFIG_FILE=f"train_configs/{flavor}.toml",
+            PYTHON=sys.executable,
+        )
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
         lines, first_step = [], None
         for line in proc.stdout:
             lines.append(line)
@@ -168,15 +214,25 @@ def dry_run(flavor: str, kind: str, world_size: int, steps: int, seq_len: int, e
     log = "".join(lines)
     if proc.returncode != 0 or first_step is None:
         raise RuntimeError(f"{flavor} {kind} at {world_size}: exit {proc.returncode}\n" + log[-4000:])
-    stamps = {key: _stamp(log, pattern) for key, pattern in
-              (("built", r"total parameters"), ("ready", r"Trainer is initialized"))}
+    stamps = {
+        key: _stamp(log, pattern)
+        for key, pattern in (("built", r"total parameters"), ("ready", r"Trainer is initialized"))
+    }
     scheme = config["boost"]["tp_scheme"] if tp > 1 else ""
     ac = config["boost"]["activation_checkpoint"]
     return DryRun(
-        flavor=flavor, kind=kind, world_size=world_size, tp=tp, pp=pp, dp=dp, fsdp=fsdp,
+        flavor=flavor,
+        kind=kind,
+        world_size=world_size,
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        fsdp=fsdp,
         layout=f"tp{tp} pp{pp} fsdp{fsdp} {scheme} ac={ac}".replace("  ", " "),
-        peak_rss=usage.ru_maxrss * 1024, predicted=predicted_bytes(config, world_size, seq_len),
-        cpu_s=usage.ru_utime + usage.ru_stime, first_step_s=first_step,
+        peak_rss=usage.ru_maxrss * 1024,
+        predicted=predicted_bytes(config, world_size, seq_len),
+        cpu_s=usage.ru_utime + usage.ru_stime,
+        first_step_s=first_step,
         build_init_s=stamps["ready"] - stamps["built"],
         losses=[float(v) for v in re.findall(r"step:\s+\d+\s+\S*loss:\s+(-?[\d.]+)", log)],
         grad_norms=[float(v) for v in re.findall(r"grad_norm:\s+(\S+?)\s", _plain(log))],
@@ -188,7 +244,7 @@ def dry_run(flavor: str, kind: str, world_size: int, steps: int, seq_len: int, e
 def _without_linear(overrides: list[str]) -> list[str]:
     """The overrides less ``--boost.linear <kind>`` (the table's kind column says it)."""
     at = overrides.index("--boost.linear")
-    return overrides[:at] + overrides[at + 2:]
+    return overrides[:at] + overrides[at + 2 :]
 
 
 def _plain(log: str) -> str:
@@ -221,15 +277,29 @@ flight), so there is no loss to show (it is the last stage's), and the gradients
 stage 1 are zeros (nothing arrives on the fake process group). FSDP rank 0 holds its share of every
 parameter (the batched `[G, d_out, r]` up-projections are sharded on `r`).
 
-| flavor | kind | world | layout | peak RSS GiB | predicted GiB | ratio | build+init s | first step s (wall) | CPU s | losses | overrides |
-|---|---|---|---|---|---|---|---|---|---|---|---|
+{columns}
 """
+COLUMNS = (
+    "flavor",
+    "kind",
+    "world",
+    "layout",
+    "peak RSS GiB",
+    "predicted GiB",
+    "ratio",
+    "build+init s",
+    "first step s (wall)",
+    "CPU s",
+    "losses",
+    "overrides",
+)
 
 
 def write_table(rows: dict[tuple[str, str], str], path: Path, **header) -> None:
     order = {r: i for i, r in enumerate(shipped_rows())}
     body = "".join(rows[r] + "\n" for r in sorted(rows, key=lambda r: order.get(r, len(order))))
-    path.write_text(HEADER.format(**header) + body)
+    columns = "| " + " | ".join(COLUMNS) + " |\n" + "|---" * len(COLUMNS) + "|"
+    path.write_text(HEADER.format(columns=columns, **header) + body)
 
 
 def _existing_rows(path: Path) -> dict[tuple[str, str], str]:
@@ -249,11 +319,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", nargs="*", default=names, help="flavor_kind, e.g. 7B_cola 30B_full")
     parser.add_argument("--steps", type=int, default=2)
     parser.add_argument("--seq-len", type=int, default=256)
-    parser.add_argument("--max-predicted-gib", type=float, default=14.0,
-                        help="skip (and say so) rows predicted above this: the machine is shared")
+    parser.add_argument(
+        "--max-predicted-gib",
+        type=float,
+        default=14.0,
+        help="skip (and say so) rows predicted above this: the machine is shared",
+    )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per row")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("extra", nargs="*", help="after --: more overrides for every run, e.g. -- --compile.no-enable")
+    parser.add_argument(
+        "extra", nargs="*", help="after --: more overrides for every run, e.g. -- --compile.no-enable"
+    )
     opts = parser.parse_args(argv)
     unknown = [r for r in opts.rows if r not in names]
     if unknown:
@@ -263,12 +339,24 @@ def main(argv: list[str] | None = None) -> int:
     compiled = "--compile.no-enable" not in opts.extra
 
     def save() -> None:
-        command = " ".join(["python -m bench.dry_run", f"--steps {opts.steps} --seq-len {opts.seq_len}", "--",
-                            *opts.extra])
-        compile_note = ("compiled as shipped (`--compile.backend aot_eager`)" if compiled
-                        else "eager: `--compile.no-enable` for every row (compiled rows: `dry_run_compiled.md`)")
-        write_table(rows, opts.out, command=command, date=time.strftime("%Y-%m-%d"), seq_len=opts.seq_len,
-                    steps=opts.steps, overhead=PROCESS_OVERHEAD / 2**30, compile_note=compile_note)
+        command = " ".join(
+            ["python -m bench.dry_run", f"--steps {opts.steps} --seq-len {opts.seq_len}", "--", *opts.extra]
+        )
+        compile_note = (
+            "compiled as shipped (`--compile.backend aot_eager`)"
+            if compiled
+            else "eager: `--compile.no-enable` for every row (compiled rows: `dry_run_compiled.md`)"
+        )
+        write_table(
+            rows,
+            opts.out,
+            command=command,
+            date=time.strftime("%Y-%m-%d"),
+            seq_len=opts.seq_len,
+            steps=opts.steps,
+            overhead=PROCESS_OVERHEAD / 2**30,
+            compile_note=compile_note,
+        )
 
     for name in opts.rows:
         flavor, kind = name.split("_")
@@ -277,10 +365,15 @@ def main(argv: list[str] | None = None) -> int:
         config = effective_config(toml, [*linear_kind_overrides(kind, toml), *opts.extra])
         predicted = predicted_bytes(config, world, opts.seq_len)
         if predicted > opts.max_predicted_gib * 2**30:
-            print(f"{name}: skipped, predicted {predicted / 2**30:.1f} GiB > --max-predicted-gib "
-                  f"{opts.max_predicted_gib}", flush=True)
-            rows[flavor, kind] = (f"| {flavor} | {kind} | {world} | | | {predicted / 2**30:.2f} | | | | | | skipped: "
-                                   f"predicted above --max-predicted-gib {opts.max_predicted_gib} |")
+            print(
+                f"{name}: skipped, predicted {predicted / 2**30:.1f} GiB > --max-predicted-gib "
+                f"{opts.max_predicted_gib}",
+                flush=True,
+            )
+            rows[flavor, kind] = (
+                f"| {flavor} | {kind} | {world} | | | {predicted / 2**30:.2f} | | | | | | skipped: "
+                f"predicted above --max-predicted-gib {opts.max_predicted_gib} |"
+            )
             save()
             continue
         try:
@@ -288,8 +381,10 @@ def main(argv: list[str] | None = None) -> int:
         except RuntimeError as err:
             failed += 1
             print(f"{name}: FAILED\n{err}", flush=True)
-            rows[flavor, kind] = (f"| {flavor} | {kind} | {world} | | | {predicted / 2**30:.2f} | | | | | | "
-                                   "FAILED: see console |")
+            rows[flavor, kind] = (
+                f"| {flavor} | {kind} | {world} | | | {predicted / 2**30:.2f} | | | | | | "
+                "FAILED: see console |"
+            )
             save()
             continue
         print(result.row(), flush=True)

@@ -36,7 +36,7 @@ def run(kind: str, flavor: str, seq: int, batch: int, steps: int, compile_blocks
     tokens = torch.randint(0, 32000, (batch, seq), device="cuda")
     torch.cuda.reset_peak_memory_stats()
     times = []
-    for step in range(steps):
+    for _ in range(steps):
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
@@ -46,12 +46,17 @@ def run(kind: str, flavor: str, seq: int, batch: int, steps: int, compile_blocks
         opt.step()
         torch.cuda.synchronize()
         times.append(time.perf_counter() - t0)
-    step_s = sorted(times[steps // 2:])[len(times[steps // 2:]) // 2]
+    step_s = sorted(times[steps // 2 :])[len(times[steps // 2 :]) // 2]
     tps = batch * seq / step_s
     name = torch.cuda.get_device_name()
     peak = next((v for k, v in PEAK_BF16.items() if k in name), 989e12)
-    return dict(step_s=step_s, tps=tps, mfu=100 * flops_per_token(args, seq) * tps / peak,
-                mem_gib=torch.cuda.max_memory_allocated() / 2**30, flops=flops_per_token(args, seq))
+    return dict(
+        step_s=step_s,
+        tps=tps,
+        mfu=100 * flops_per_token(args, seq) * tps / peak,
+        mem_gib=torch.cuda.max_memory_allocated() / 2**30,
+        flops=flops_per_token(args, seq),
+    )
 
 
 def main() -> None:
@@ -77,16 +82,24 @@ def main() -> None:
                 if seq < 256:
                     raise
         res[kind]["seq"] = seq
-    print(f"# {a.flavor} on one {torch.cuda.get_device_name()}, bf16 autocast, batch {a.batch}, "
-          f"compile={a.compile}, {datetime.date.today()}, torch {torch.__version__}")
-    print(f"command: python -m bench.gpu_lowrank_vs_dense --flavor {a.flavor} --seq {a.seq} --batch {a.batch}"
-          f"{' --compile' if a.compile else ''}\n")
+    print(
+        f"# {a.flavor} on one {torch.cuda.get_device_name()}, bf16 autocast, batch {a.batch}, "
+        f"compile={a.compile}, {datetime.date.today()}, torch {torch.__version__}"
+    )
+    print(
+        f"command: python -m bench.gpu_lowrank_vs_dense --flavor {a.flavor} --seq {a.seq} --batch {a.batch}"
+        f"{' --compile' if a.compile else ''}\n"
+    )
     print("| kind | seq | step s | tokens/s | MFU % (own FLOPs) | peak GiB |")
     print("|---|---|---|---|---|---|")
     for kind, r in res.items():
-        print(f"| {kind} | {r['seq']} | {r['step_s']:.3f} | {r['tps']:,.0f} | {r['mfu']:.1f} | {r['mem_gib']:.1f} |")
-    print(f"\nlow-rank / dense tokens/s: {res['cola']['tps'] / res['full']['tps']:.2f}× "
-          f"(FLOP-ratio ceiling {res['full']['flops'] / res['cola']['flops']:.2f}×)")
+        print(
+            f"| {kind} | {r['seq']} | {r['step_s']:.3f} | {r['tps']:,.0f} | {r['mfu']:.1f} | {r['mem_gib']:.1f} |"
+        )
+    print(
+        f"\nlow-rank / dense tokens/s: {res['cola']['tps'] / res['full']['tps']:.2f}× "
+        f"(FLOP-ratio ceiling {res['full']['flops'] / res['cola']['flops']:.2f}×)"
+    )
 
 
 if __name__ == "__main__":

@@ -17,8 +17,8 @@ from torch.distributed.tensor.parallel import loss_parallel
 from boost import ModelArgs, Transformer
 from boost.comm_counter import CommCounter
 from boost.memory import forward_held_bytes
-from boost.process_exit import exit_finished_process
 from boost.parallel import apply_lowrank_ac, apply_tp
+from boost.process_exit import exit_finished_process
 
 
 def spawn(fn, world_size: int, *args) -> list:
@@ -42,10 +42,21 @@ def _worker(rank, world_size, init_file, fn, args, queue):
     exit_finished_process()  # gloo can abort in interpreter finalisation (boost.process_exit)
 
 
-def build(flavor: str, kind: str, scheme: str, mesh, norm="online", grouped=True, ac="none", seq=256, vocab=2048,
-          **overrides):
-    args = ModelArgs.from_flavor(flavor, linear=kind, vocab_size=vocab, group_linears=grouped, max_seq_len=seq,
-                                  **overrides)
+def build(
+    flavor: str,
+    kind: str,
+    scheme: str,
+    mesh,
+    norm="online",
+    grouped=True,
+    ac="none",
+    seq=256,
+    vocab=2048,
+    **overrides,
+):
+    args = ModelArgs.from_flavor(
+        flavor, linear=kind, vocab_size=vocab, group_linears=grouped, max_seq_len=seq, **overrides
+    )
     torch.manual_seed(0)
     model = Transformer(args)
     if mesh is not None:
@@ -76,7 +87,9 @@ def train_step(model, opt, tokens, measure_memory: bool = False, fence: bool = T
     opt.zero_grad(set_to_none=True)
     with loss_parallel():
         if measure_memory:
-            loss, held = forward_held_bytes(lambda: F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()))
+            loss, held = forward_held_bytes(
+                lambda: F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten())
+            )
         else:
             loss, held = F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()), None
         loss.backward()

@@ -14,6 +14,12 @@ from boost.model import FLAVORS, ModelArgs, Transformer, flops_per_token
 from boost.parallel import BoostParallelStyle, apply_lowrank_ac, apply_tp
 
 __all__ = [
-    "FLAVORS", "ModelArgs", "Transformer", "flops_per_token",
-    "CommCounter", "BoostParallelStyle", "apply_tp", "apply_lowrank_ac",
+    "FLAVORS",
+    "ModelArgs",
+    "Transformer",
+    "flops_per_token",
+    "CommCounter",
+    "BoostParallelStyle",
+    "apply_tp",
+    "apply_lowrank_ac",
 ]

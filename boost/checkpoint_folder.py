@@ -58,8 +58,16 @@ def checkpoint_folders(folder: Path) -> dict[int, Path]:
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
 _ALLOWED_GLOBALS = {
     (_DCP_METADATA, name)
-    for name in ("Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
-                 "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")
+    for name in (
+        "Metadata",
+        "MetadataIndex",
+        "StorageMeta",
+        "TensorProperties",
+        "TensorStorageMetadata",
+        "BytesStorageMetadata",
+        "ChunkStorageMetadata",
+        "_MEM_FORMAT_ENCODING",
+    )
 } | {
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
     ("torch.serialization", "_get_layout"),  # looks a layout up by name in torch's own table
@@ -118,7 +126,9 @@ def _unsafe_bytes_item(path: Path, metadata, storage: dict) -> str | None:
     ``weights_only=False``; check each with the weights-only unpickler first."""
     from torch.distributed.checkpoint.metadata import BytesStorageMetadata
 
-    byte_items = {fqn for fqn, md in metadata.state_dict_metadata.items() if isinstance(md, BytesStorageMetadata)}
+    byte_items = {
+        fqn for fqn, md in metadata.state_dict_metadata.items() if isinstance(md, BytesStorageMetadata)
+    }
     for index, info in storage.items():
         if index.fqn not in byte_items or getattr(info, "transform_descriptors", None):
             continue

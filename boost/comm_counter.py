@@ -96,7 +96,7 @@ def nccl_rule_problem(op: str, tensors: list[torch.Tensor], device: torch.device
         names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
         return f'{op}: one dtype per call (NCCL: "Tensors must have identical type"), got {names}'
     if any(not t.is_contiguous() for t in tensors):
-        return f"{op}: a non-contiguous input (NCCL: \"Tensors must be contiguous\")"
+        return f'{op}: a non-contiguous input (NCCL: "Tensors must be contiguous")'
     devices = list(dict.fromkeys(t.device for t in tensors))
     if len(devices) > 1:
         return f"{op}: tensors on several devices {devices}"
@@ -271,7 +271,10 @@ class CommCounter(TorchDispatchMode):
 
     def summary(self) -> str:
         """One line for logs, e.g. ``all_gather 2× 64.00 KiB, all_reduce 16× 1.75 MiB``."""
-        return ", ".join(f"{k} {n}× {_human(self.bytes[k])}" for k, n in sorted(self.counts.items()) if n) or "none"
+        return (
+            ", ".join(f"{k} {n}× {_human(self.bytes[k])}" for k, n in sorted(self.counts.items()) if n)
+            or "none"
+        )
 
 
 def _human(n: float) -> str:

@@ -28,7 +28,7 @@ def _bottleneck(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, 
     latents = [("all_reduce", width) for width in [*readers, r, r]]  # + o, down
     if norm == "online" and args.grouped:
         # the statistic rides in its reader's all-reduce: one more column, no more collectives
-        return [("all_reduce", width + 1) for width in readers] + latents[len(readers):], latents
+        return [("all_reduce", width + 1) for width in readers] + latents[len(readers) :], latents
     # each pre-norm's statistic: Σx² forward, Σ dy·γ·x backward
     stats = [("all_reduce", 1)] * 2 if norm in ("online", "sync") else []
     return latents + stats, latents + stats
@@ -65,8 +65,9 @@ def _tally(collectives: Collectives, tokens: int) -> Volume:
     return volume
 
 
-def per_layer(args, scheme: str, tokens: int, norm: str = "online",
-              sequence_parallel: bool = False) -> dict[str, Volume]:
+def per_layer(
+    args, scheme: str, tokens: int, norm: str = "online", sequence_parallel: bool = False
+) -> dict[str, Volume]:
     """``{"forward": {kind: (count, elements)}, "backward": {...}}`` for one transformer layer."""
     if scheme not in COLLECTIVES:
         raise ValueError(f"unknown tp scheme {scheme!r}")

@@ -112,7 +112,9 @@ def score(
         logits = model(ids[:, :-1])
         labels = ids[:, 1:]
         # Summed in float64: the same total whatever the batching or process count.
-        nll += F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum").double().item()
+        nll += (
+            F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum").double().item()
+        )
         tokens += labels.numel()
         n_bytes += int(byte_lengths[labels].sum())
         bar.update(labels.numel())
@@ -128,7 +130,9 @@ def score(
         flush()
     bar.close()
     if tokens == 0:
-        raise ValueError("no window to score: the text is shorter than seq_len + 1 tokens (or --max-tokens < seq_len)")
+        raise ValueError(
+            "no window to score: the text is shorter than seq_len + 1 tokens (or --max-tokens < seq_len)"
+        )
     loss = nll / tokens
     return Score(loss, math.exp(loss), nll / math.log(2) / max(n_bytes, 1), tokens, n_bytes)
 
@@ -150,10 +154,16 @@ def corpus_texts(config: dict, data: str | None) -> tuple[list[str], str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m boost.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the run's TOML (train_configs/...)")
-    parser.add_argument("--checkpoint", default=None, help="step-N folder or step number (default: newest intact)")
+    parser.add_argument(
+        "--checkpoint", default=None, help="step-N folder or step number (default: newest intact)"
+    )
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the run's)")
-    parser.add_argument("--data", default=None, help=".txt/.jsonl/.parquet file or folder (default: held-out split)")
-    parser.add_argument("--seq-len", type=int, default=None, help="window length (default: validation.seq_len)")
+    parser.add_argument(
+        "--data", default=None, help=".txt/.jsonl/.parquet file or folder (default: held-out split)"
+    )
+    parser.add_argument(
+        "--seq-len", type=int, default=None, help="window length (default: validation.seq_len)"
+    )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=None, help="stop after this many scored tokens")
     ns = parser.parse_args(argv)
@@ -165,7 +175,11 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(ns, option) is not None and getattr(ns, option) < 1:
                 raise ValueError(f"--{option.replace('_', '-')} {getattr(ns, option)} must be >= 1")
         config = read_toml(ns.config)
-        seq_len = ns.seq_len or config.get("validation", {}).get("seq_len") or config.get("training", {}).get("seq_len", 2048)
+        seq_len = (
+            ns.seq_len
+            or config.get("validation", {}).get("seq_len")
+            or config.get("training", {}).get("seq_len", 2048)
+        )
         texts, name = corpus_texts(config, ns.data)
         run = load_run(ns.config, ns.checkpoint, ns.tokenizer, max_seq_len=seq_len)
         rank = shard_for_inference(run.model, run.config)

@@ -127,7 +127,9 @@ class StreamingDecoder:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m boost.generate", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", required=True, help="the run's TOML (train_configs/...)")
-    parser.add_argument("--checkpoint", default=None, help="step-N folder or step number (default: newest intact)")
+    parser.add_argument(
+        "--checkpoint", default=None, help="step-N folder or step number (default: newest intact)"
+    )
     parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the run's)")
     parser.add_argument("--prompt", default="", help="text to continue (default: start of a document)")
     parser.add_argument("--max-new-tokens", type=int, default=100)

@@ -106,7 +106,9 @@ def lowrank_from_hf(hf: dict[str, torch.Tensor], args: ModelArgs, source: str) -
     return sd
 
 
-def llama_config(args: ModelArgs, dtype: torch.dtype, bos_id: int | None = None, eos_id: int | None = None) -> dict:
+def llama_config(
+    args: ModelArgs, dtype: torch.dtype, bos_id: int | None = None, eos_id: int | None = None
+) -> dict:
     """``config.json`` of a dense BOOST model as transformers' ``LlamaForCausalLM``."""
     dtype_name = str(dtype).removeprefix("torch.")
     config = {
@@ -136,7 +138,9 @@ def llama_config(args: ModelArgs, dtype: torch.dtype, bos_id: int | None = None,
     return config
 
 
-def lowrank_config(args: ModelArgs, dtype: torch.dtype, bos_id: int | None = None, eos_id: int | None = None) -> dict:
+def lowrank_config(
+    args: ModelArgs, dtype: torch.dtype, bos_id: int | None = None, eos_id: int | None = None
+) -> dict:
     """``config.json`` of a low-rank model: LLaMA's fields, the bottleneck's, ``auto_map`` and all of ``ModelArgs``."""
     return {
         **llama_config(args, dtype, bos_id, eos_id),
@@ -158,7 +162,9 @@ def write_remote_code(path: Path) -> None:
         shutil.copyfile(file, path / file.name)
 
 
-def write_tokenizer(tokenizer_dir: str | Path, path: Path, model_max_length: int) -> tuple[int | None, int | None]:
+def write_tokenizer(
+    tokenizer_dir: str | Path, path: Path, model_max_length: int
+) -> tuple[int | None, int | None]:
     """The run's ``tokenizer.json`` as ``PreTrainedTokenizerFast`` files; returns ``(bos_id, eos_id)``.
 
     The copy gains a post-processor that puts BOS first, as the trainer framed every document, so

@@ -89,10 +89,23 @@ class Layout:
         return " ".join(parts)
 
 
-def memory_per_gpu(flavor: str, scheme: str, tp: int, pp: int, dp: int, ac: str, *, micro_batch: int,
-                   seq_len: int, num_microbatches: int, vocab_size: int = 32000, linear: str = "cola",
-                   dtype_bytes: int = 2, workspace_bytes: float = WORKSPACE_BYTES,
-                   compiled: bool = False) -> float:
+def memory_per_gpu(
+    flavor: str,
+    scheme: str,
+    tp: int,
+    pp: int,
+    dp: int,
+    ac: str,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    num_microbatches: int,
+    vocab_size: int = 32000,
+    linear: str = "cola",
+    dtype_bytes: int = 2,
+    workspace_bytes: float = WORKSPACE_BYTES,
+    compiled: bool = False,
+) -> float:
     """Peak bytes on one GPU (module docstring's formulas). ``dtype_bytes`` is the dtype the run computes
     in (2 for bf16, 4 for fp32 as in the CPU dry runs of ``bench.dry_run``): the all-gathered weights,
     the unsharded gradients and the activations take it; the fixed ``workspace_bytes`` is a GPU's (CUDA
@@ -116,11 +129,20 @@ def memory_per_gpu(flavor: str, scheme: str, tp: int, pp: int, dp: int, ac: str,
     unsharded += (dtype_bytes + 4) * layer_params / tp
     states = 16 * params_stage / (tp * dp) + unsharded
     record = SCHEMES[scheme]
-    heads, d_res, f_local = (record.local(args.n_heads, tp), record.residual_width(args.dim, tp),
-                             record.local(args.ffn_dim, tp))
+    heads, d_res, f_local = (
+        record.local(args.n_heads, tp),
+        record.residual_width(args.dim, tp),
+        record.local(args.ffn_dim, tp),
+    )
     gemm_inputs = sum(K * batch for _, K, _, batch in block_gemms(args, scheme, tp, T))
-    a_layer = dtype_bytes * T * (gemm_inputs + 4 * heads * args.head_dim + 4 * d_res + 2 * f_local) + 4 * T * heads
-    a_keep = {"none": a_layer, "full": dtype_bytes * T * d_res, "lowrank": dtype_bytes * T * (d_res + 7 * args.rank)}[ac]
+    a_layer = (
+        dtype_bytes * T * (gemm_inputs + 4 * heads * args.head_dim + 4 * d_res + 2 * f_local) + 4 * T * heads
+    )
+    a_keep = {
+        "none": a_layer,
+        "full": dtype_bytes * T * d_res,
+        "lowrank": dtype_bytes * T * (d_res + 7 * args.rank),
+    }[ac]
     if compiled and ac != "none":
         a_keep += dtype_bytes * T * heads * args.head_dim + 4 * T * heads  # attention output and log-sum-exp
     in_flight = min(num_microbatches, pp)
@@ -133,9 +155,18 @@ def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
 
-def enumerate_layouts(flavor: str, gpus: int, hardware: str, *, seq_len: int = 4096, micro_batch: int = 4,
-                      memory_gb: float | None = None, linear: str = "cola", num_microbatches: int | None = None,
-                      vocab_size: int = 32000) -> list[Layout]:
+def enumerate_layouts(
+    flavor: str,
+    gpus: int,
+    hardware: str,
+    *,
+    seq_len: int = 4096,
+    micro_batch: int = 4,
+    memory_gb: float | None = None,
+    linear: str = "cola",
+    num_microbatches: int | None = None,
+    vocab_size: int = 32000,
+) -> list[Layout]:
     """All layouts that fit, fastest (highest tokens/s per step) first. Raises ``ValueError`` on
     bad input or when nothing fits."""
     if flavor not in FLAVORS:
@@ -154,7 +185,11 @@ def enumerate_layouts(flavor: str, gpus: int, hardware: str, *, seq_len: int = 4
     for scheme in schemes:
         for tp in _divisors(gpus):
             # TP stays inside a node (the planner's choice); the rest are the preflight's rules
-            if tp > hw.gpus_per_node or rules.tp_shape_problem(sharded, tp) or rules.vanilla_rank_problem(scheme, rank, tp):
+            if (
+                tp > hw.gpus_per_node
+                or rules.tp_shape_problem(sharded, tp)
+                or rules.vanilla_rank_problem(scheme, rank, tp)
+            ):
                 continue
             for pp in _divisors(gpus // tp):
                 # at least 2 layers per stage (the planner's choice)
@@ -165,14 +200,36 @@ def enumerate_layouts(flavor: str, gpus: int, hardware: str, *, seq_len: int = 4
                 for ac in AC_MODES:
                     if rules.activation_checkpoint_problem(ac, scheme, tp):
                         continue
-                    mem = memory_per_gpu(flavor, scheme, tp, pp, dp, ac, micro_batch=micro_batch,
-                                         seq_len=seq_len, num_microbatches=m, vocab_size=vocab_size,
-                                         linear=linear, compiled=True)  # BOOST ships compiled
+                    mem = memory_per_gpu(
+                        flavor,
+                        scheme,
+                        tp,
+                        pp,
+                        dp,
+                        ac,
+                        micro_batch=micro_batch,
+                        seq_len=seq_len,
+                        num_microbatches=m,
+                        vocab_size=vocab_size,
+                        linear=linear,
+                        compiled=True,
+                    )  # BOOST ships compiled
                     if mem > budget:
                         continue
-                    t = predict_step_time(flavor, scheme, tp, pp, hardware=hw, micro_batch=micro_batch,
-                                          seq_len=seq_len, dp=dp, num_microbatches=m, activation_checkpoint=ac,
-                                          vocab_size=vocab_size, linear=linear)
+                    t = predict_step_time(
+                        flavor,
+                        scheme,
+                        tp,
+                        pp,
+                        hardware=hw,
+                        micro_batch=micro_batch,
+                        seq_len=seq_len,
+                        dp=dp,
+                        num_microbatches=m,
+                        activation_checkpoint=ac,
+                        vocab_size=vocab_size,
+                        linear=linear,
+                    )
                     tokens = m * dp * micro_batch * seq_len
                     layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t))
     if not layouts:
@@ -195,30 +252,49 @@ def _positive_int(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m boost.layout_planner", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m boost.layout_planner", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--flavor", required=True)
     parser.add_argument("--gpus", type=_positive_int, required=True)
     parser.add_argument("--hardware", default="a100")
     parser.add_argument("--seq-len", type=_positive_int, default=4096)
     parser.add_argument("--micro-batch", type=_positive_int, default=4)
-    parser.add_argument("--memory-gb", type=float, default=None, help="per-GPU memory (default: the hardware's)")
+    parser.add_argument(
+        "--memory-gb", type=float, default=None, help="per-GPU memory (default: the hardware's)"
+    )
     parser.add_argument("--linear", default="cola", help="cola | svd | lax (btp, vanilla) or full (megatron)")
-    parser.add_argument("--num-microbatches", type=_positive_int, default=None, help="per step under PP (default: pp)")
+    parser.add_argument(
+        "--num-microbatches", type=_positive_int, default=None, help="per step under PP (default: pp)"
+    )
     parser.add_argument("--top", type=_positive_int, default=10)
     opts = parser.parse_args(argv)
     try:
-        layouts = enumerate_layouts(opts.flavor, opts.gpus, opts.hardware, seq_len=opts.seq_len,
-                                    micro_batch=opts.micro_batch, memory_gb=opts.memory_gb, linear=opts.linear,
-                                    num_microbatches=opts.num_microbatches)
+        layouts = enumerate_layouts(
+            opts.flavor,
+            opts.gpus,
+            opts.hardware,
+            seq_len=opts.seq_len,
+            micro_batch=opts.micro_batch,
+            memory_gb=opts.memory_gb,
+            linear=opts.linear,
+            num_microbatches=opts.num_microbatches,
+        )
     except ValueError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"{opts.flavor} on {opts.gpus} × {opts.hardware}, seq {opts.seq_len}, micro-batch {opts.micro_batch}, "
-          f"linear {opts.linear}: {len(layouts)} feasible layouts")
-    print(f"{'#':>3} {'scheme':<9}{'tp':>3}{'pp':>3}{'dp':>4} {'ac':<8}{'mem GB':>8}{'step s':>9}{'tokens/s':>11}")
+    print(
+        f"{opts.flavor} on {opts.gpus} × {opts.hardware}, seq {opts.seq_len}, micro-batch {opts.micro_batch}, "
+        f"linear {opts.linear}: {len(layouts)} feasible layouts"
+    )
+    print(
+        f"{'#':>3} {'scheme':<9}{'tp':>3}{'pp':>3}{'dp':>4} {'ac':<8}{'mem GB':>8}{'step s':>9}{'tokens/s':>11}"
+    )
     for i, l in enumerate(layouts[: opts.top], 1):
-        print(f"{i:>3} {l.scheme:<9}{l.tp:>3}{l.pp:>3}{l.dp:>4} {l.ac:<8}{l.memory_bytes / 1e9:>8.1f}"
-              f"{l.step_time:>9.3f}{l.tokens_per_s:>11,.0f}")
+        print(
+            f"{i:>3} {l.scheme:<9}{l.tp:>3}{l.pp:>3}{l.dp:>4} {l.ac:<8}{l.memory_bytes / 1e9:>8.1f}"
+            f"{l.step_time:>9.3f}{l.tokens_per_s:>11,.0f}"
+        )
     best = layouts[0]
     m = opts.num_microbatches or max(1, best.pp)
     print("\nbest layout overrides:\n" + best.overrides(opts.linear, m, opts.micro_batch, opts.seq_len))

@@ -31,7 +31,10 @@ def local_text_task(data: str | Path, name: str = "boost_local_text") -> dict:
     if data.suffix == ".jsonl":
         dataset = {"dataset_path": "json", "dataset_kwargs": {"data_files": {"test": str(data)}}}
     else:  # the whole file is one document, as BOOST's "local" dataset reads a .txt
-        dataset = {"dataset_path": "text", "dataset_kwargs": {"data_files": {"test": str(data)}, "sample_by": "document"}}
+        dataset = {
+            "dataset_path": "text",
+            "dataset_kwargs": {"data_files": {"test": str(data)}, "sample_by": "document"},
+        }
     return {
         "task": name,
         **dataset,
@@ -41,14 +44,19 @@ def local_text_task(data: str | Path, name: str = "boost_local_text") -> dict:
         "doc_to_target": "{{text}}",
         "metric_list": [
             {"metric": m, "aggregation": agg, "higher_is_better": False}
-            for m, agg in (("word_perplexity", "weighted_perplexity"), ("byte_perplexity", "weighted_perplexity"),
-                           ("bits_per_byte", "bits_per_byte"))
+            for m, agg in (
+                ("word_perplexity", "weighted_perplexity"),
+                ("byte_perplexity", "weighted_perplexity"),
+                ("bits_per_byte", "bits_per_byte"),
+            )
         ],  # fmt: skip
         "metadata": {"version": 1.0},
     }
 
 
-def evaluate_local_text(model_dir: str | Path, data: str | Path, batch_size: int = 1, limit: int | None = None) -> dict:
+def evaluate_local_text(
+    model_dir: str | Path, data: str | Path, batch_size: int = 1, limit: int | None = None
+) -> dict:
     """lm-eval's results for ``model_dir`` (a transformers folder) on ``data``: ``{metric: value}``."""
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # the task reads a local file; nothing to fetch
     try:
@@ -57,7 +65,9 @@ def evaluate_local_text(model_dir: str | Path, data: str | Path, batch_size: int
     except ImportError as e:
         raise ImportError(f"lm-eval is not installed ({e}); pip install lm-eval accelerate") from None
     if not (Path(model_dir) / "config.json").is_file():
-        raise ValueError(f"--model {model_dir} holds no config.json; export one with python -m boost.interop export")
+        raise ValueError(
+            f"--model {model_dir} holds no config.json; export one with python -m boost.interop export"
+        )
     # add_bos_token=False: lm-eval already puts BOS before each window (its prefix token); left to the
     # tokenizer (whose post-processor adds BOS), every document would also be scored on a second BOS.
     lm = HFLM(
@@ -70,7 +80,9 @@ def evaluate_local_text(model_dir: str | Path, data: str | Path, batch_size: int
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m boost.lm_eval_local", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m boost.lm_eval_local", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("--model", required=True, help="folder written by python -m boost.interop export")
     parser.add_argument("--data", required=True, help=".txt (one document) or .jsonl (field text)")
     parser.add_argument("--batch-size", type=int, default=1)

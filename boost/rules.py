@@ -50,7 +50,9 @@ class LinearKind:
 KINDS: dict[str, LinearKind] = {
     kind.name: kind
     for kind in (
-        LinearKind("full", low_rank=False, latent_activation=False, latent_crossing=False, tp_scheme="megatron"),
+        LinearKind(
+            "full", low_rank=False, latent_activation=False, latent_crossing=False, tp_scheme="megatron"
+        ),
         LinearKind("svd", low_rank=True, latent_activation=False, latent_crossing=False, tp_scheme="btp"),
         LinearKind("cola", low_rank=True, latent_activation=True, latent_crossing=False, tp_scheme="btp"),
         LinearKind("lax", low_rank=True, latent_activation=True, latent_crossing=True, tp_scheme="btp"),
@@ -58,6 +60,7 @@ KINDS: dict[str, LinearKind] = {
 }
 LINEAR_KINDS = tuple(KINDS)
 DENSE_KIND = next(kind.name for kind in KINDS.values() if not kind.low_rank)
+
 
 @dataclass(frozen=True)
 class TPScheme:
@@ -118,7 +121,9 @@ class TPScheme:
         """The width of one bottleneck latent on one rank."""
         return rank // tp if self.shards_rank else rank
 
-    def residual_shape(self, batch: int, seq_len: int, dim: int, tp: int, sequence_parallel: bool) -> tuple[int, int, int]:
+    def residual_shape(
+        self, batch: int, seq_len: int, dim: int, tp: int, sequence_parallel: bool
+    ) -> tuple[int, int, int]:
         """The ``[b, s, d]`` residual stream on one rank, as it crosses a pipeline stage boundary."""
         if tp > 1 and sequence_parallel and self.sequence_parallel:
             return (batch, seq_len // tp, dim)
@@ -129,14 +134,32 @@ SCHEMES: dict[str, TPScheme] = {
     scheme.name: scheme
     for scheme in (
         # bottleneck-aware: full dims sharded, the bottleneck whole, r-wide collectives
-        TPScheme("btp", shards_residual=True, shards_heads=True, shards_rank=False, low_rank=True,
-                 sequence_parallel=False),
+        TPScheme(
+            "btp",
+            shards_residual=True,
+            shards_heads=True,
+            shards_rank=False,
+            low_rank=True,
+            sequence_parallel=False,
+        ),
         # Megatron's plan transposed onto the factors: A column-parallel on r, B row-parallel, d-wide all-reduces
-        TPScheme("vanilla", shards_residual=False, shards_heads=False, shards_rank=True, low_rank=True,
-                 sequence_parallel=False),
+        TPScheme(
+            "vanilla",
+            shards_residual=False,
+            shards_heads=False,
+            shards_rank=True,
+            low_rank=True,
+            sequence_parallel=False,
+        ),
         # the dense baseline: ColwiseParallel / RowwiseParallel, optional sequence parallel
-        TPScheme("megatron", shards_residual=False, shards_heads=True, shards_rank=False, low_rank=False,
-                 sequence_parallel=True),
+        TPScheme(
+            "megatron",
+            shards_residual=False,
+            shards_heads=True,
+            shards_rank=False,
+            low_rank=False,
+            sequence_parallel=True,
+        ),
     )
 }
 TP_SCHEMES = tuple(SCHEMES)
@@ -162,7 +185,9 @@ MODEL_NAME = "boost_llama"
 """The name BOOST's models go by: torchtitan's train spec (``model.name``) and the Hugging Face ``model_type``."""
 
 
-def data_parallel_degree(world_size: int, *, tp: int, pp: int, cp: int, dp_replicate: int, dp_shard: int) -> int:
+def data_parallel_degree(
+    world_size: int, *, tp: int, pp: int, cp: int, dp_replicate: int, dp_shard: int
+) -> int:
     """dp_replicate × dp_shard, how many different batches a step reads; ``dp_shard = -1`` takes the
     ranks the other mesh dims leave (torchtitan's ``ParallelDims``)."""
     if dp_shard == -1:
@@ -182,8 +207,10 @@ def resolve_rank(dim: int, rank: int, rank_ratio: float) -> int:
     return rank if rank else max(1, round(rank_ratio * dim))
 
 
-SHARD_LOCAL_NORM_WARNING = ('boost.norm = "local": each rank normalises its shard of the hidden dim alone; the '
-                            "model is NOT the dense model and changes with the TP degree")
+SHARD_LOCAL_NORM_WARNING = (
+    'boost.norm = "local": each rank normalises its shard of the hidden dim alone; the '
+    "model is NOT the dense model and changes with the TP degree"
+)
 
 
 def norm_is_shard_local(norm: str, tp_scheme: str, tp: int) -> bool:
@@ -196,7 +223,11 @@ def norm_is_shard_local(norm: str, tp_scheme: str, tp: int) -> bool:
 def rank_problem(rank: int, dim: int, kv_dim: int) -> str | None:
     """The rank factors every projection, so it is positive and below the smallest dim it factors."""
     smallest = min(dim, kv_dim)
-    return None if 0 < rank < smallest else f"must be below the smallest dim it factors ({smallest}) and positive"
+    return (
+        None
+        if 0 < rank < smallest
+        else f"must be below the smallest dim it factors ({smallest}) and positive"
+    )
 
 
 def groups_linears(tp_scheme: str) -> bool:
@@ -214,8 +245,10 @@ def tp_scheme_problem(linear: str, tp_scheme: str, tp: int) -> str | None:
     if not KINDS[linear].low_rank:
         return f'the dense model (boost.linear = "full") uses tp_scheme = "{KINDS[linear].tp_scheme}"'
     low_rank = " or ".join(f'"{s.name}"' for s in SCHEMES.values() if s.takes(KINDS[linear]))
-    return (f'{tp_scheme} is the dense baseline, but boost.linear = {linear!r}: use {low_rank} '
-            'for low-rank kinds, or boost.linear = "full"')
+    return (
+        f"{tp_scheme} is the dense baseline, but boost.linear = {linear!r}: use {low_rank} "
+        'for low-rank kinds, or boost.linear = "full"'
+    )
 
 
 def tp_shape_problem(shapes: dict[str, int], tp: int) -> str | None:
@@ -235,8 +268,10 @@ def grouping_problem(tp_scheme: str, group_linears: bool, tp: int) -> str | None
     """vanilla TP shards the rank dim, so its down-projections run ungrouped."""
     if tp == 1 or SCHEMES[tp_scheme].groups_linears or not group_linears:
         return None
-    return (f"{tp_scheme} TP shards the rank dim, which would split a grouped [r_q+r_k+r_v, d] factor across members: "
-            "add --boost.no-group-linears (boost.group_linears = false)")
+    return (
+        f"{tp_scheme} TP shards the rank dim, which would split a grouped [r_q+r_k+r_v, d] factor across members: "
+        "add --boost.no-group-linears (boost.group_linears = false)"
+    )
 
 
 def vanilla_rank_problem(tp_scheme: str, rank: int, tp: int) -> str | None:
@@ -248,11 +283,18 @@ def vanilla_rank_problem(tp_scheme: str, rank: int, tp: int) -> str | None:
 
 def online_norm_problem(linear: str, tp_scheme: str, norm: str, group_linears: bool, tp: int) -> str | None:
     """Online RMSNorm rides in the one grouped down-projection that reads the norm (a sharded residual, TP > 1)."""
-    if tp == 1 or not SCHEMES[tp_scheme].shards_residual or norm != "online" or group_linears \
-            or not KINDS[linear].low_rank:
+    if (
+        tp == 1
+        or not SCHEMES[tp_scheme].shards_residual
+        or norm != "online"
+        or group_linears
+        or not KINDS[linear].low_rank
+    ):
         return None
-    return ("online RMSNorm rides in the one grouped down-projection that reads the norm; ungrouped, several "
-            'read it: set boost.norm = "sync", or boost.group_linears = true')
+    return (
+        "online RMSNorm rides in the one grouped down-projection that reads the norm; ungrouped, several "
+        'read it: set boost.norm = "sync", or boost.group_linears = true'
+    )
 
 
 def lowrank_ac_applies(tp_scheme: str, tp: int) -> bool:
@@ -265,8 +307,10 @@ def activation_checkpoint_problem(mode: str, tp_scheme: str, tp: int) -> str | N
     if mode != "lowrank" or lowrank_ac_applies(tp_scheme, tp):
         return None
     where = "at tensor_parallel_degree = 1" if tp == 1 else f"under tp_scheme = {tp_scheme!r}"
-    return (f"keeps BTP's r-wide all-reduced latents, and {where} there are none: "
-            'use "full" (or tp_scheme = "btp" with tensor_parallel_degree > 1)')
+    return (
+        f"keeps BTP's r-wide all-reduced latents, and {where} there are none: "
+        'use "full" (or tp_scheme = "btp" with tensor_parallel_degree > 1)'
+    )
 
 
 def pipeline_problem(linear: str, pp: int, n_layers: int) -> str | None:
@@ -278,8 +322,14 @@ def pipeline_problem(linear: str, pp: int, n_layers: int) -> str | None:
     return None
 
 
-def pipeline_stage_count(multi_stage: bool, pp: int, n_layers: int, layers_per_stage: int | None,
-                         first_stage_less: int, last_stage_less: int) -> int:
+def pipeline_stage_count(
+    multi_stage: bool,
+    pp: int,
+    n_layers: int,
+    layers_per_stage: int | None,
+    first_stage_less: int,
+    last_stage_less: int,
+) -> int:
     """The stages torchtitan's ``pipeline_llm`` cuts the model into, over all ranks: one per rank for a
     single-stage schedule and two for a multi-stage one, unless ``layers_per_stage`` sets the count (the
     embedding and the head weigh ``first_stage_less`` and ``last_stage_less`` layers)."""
@@ -300,33 +350,47 @@ def pipeline_stages_problem(schedule: str, multi_stage: bool, pp: int, stages: i
     """The stages (``pipeline_stage_count``) split evenly over the ranks, as many per rank as the schedule runs."""
     per_rank, rest = divmod(stages, pp)
     if rest:
-        return f"gives {stages} stages, which {pp} pipeline ranks cannot split evenly: choose one giving a multiple of {pp}"
+        return (
+            f"gives {stages} stages, which {pp} pipeline ranks cannot split evenly: "
+            f"choose one giving a multiple of {pp}"
+        )
     if not multi_stage and per_rank != 1:
-        return (f"gives {per_rank} stages per rank; schedule {schedule} runs one: leave it unset, "
-                "or choose a multi-stage schedule")
+        return (
+            f"gives {per_rank} stages per rank; schedule {schedule} runs one: leave it unset, "
+            "or choose a multi-stage schedule"
+        )
     if multi_stage and per_rank < 2:
-        return (f"gives 1 stage per rank; schedule {schedule} runs several: lower it (unset gives 2 per rank), "
-                "or choose a single-stage schedule")
+        return (
+            f"gives 1 stage per rank; schedule {schedule} runs several: lower it (unset gives 2 per rank), "
+            "or choose a single-stage schedule"
+        )
     if schedule.lower() in PIPELINE_TWO_STAGES_PER_RANK and per_rank != 2:
         return f"gives {per_rank} stages per rank; schedule {schedule} runs exactly 2: leave it unset"
     return None
 
 
-def pipeline_microbatch_problem(schedule: str, local_batch_size: int, microbatch_size: int, pp: int,
-                                stages: int) -> str | None:
+def pipeline_microbatch_problem(
+    schedule: str, local_batch_size: int, microbatch_size: int, pp: int, stages: int
+) -> str | None:
     """The micro-batch count (``local_batch_size / microbatch_size``) that the schedule accepts over ``stages``."""
     n = local_batch_size // microbatch_size
-    split = (f"with parallelism.pipeline_parallel_microbatch_size = {microbatch_size} that is {n} "
-             f"micro-batch{'es' if n > 1 else ''}")
+    split = (
+        f"with parallelism.pipeline_parallel_microbatch_size = {microbatch_size} that is {n} "
+        f"micro-batch{'es' if n > 1 else ''}"
+    )
     name = schedule.lower()
     if name in PIPELINE_MICROBATCH_PER_STAGE and n < stages:
         smaller = " (or lower the micro-batch size)" if microbatch_size > 1 else ""
-        return (f"{split}, fewer than the {stages} stages of schedule {schedule}, which needs one per stage: "
-                f"raise training.local_batch_size to at least {stages * microbatch_size}{smaller}")
+        return (
+            f"{split}, fewer than the {stages} stages of schedule {schedule}, which needs one per stage: "
+            f"raise training.local_batch_size to at least {stages * microbatch_size}{smaller}"
+        )
     rounds = max(1, n // pp)
     if name in PIPELINE_MICROBATCH_ROUNDS and n % rounds:
-        return (f"{split}, which schedule {schedule} cannot split into n // pp = {rounds} equal rounds: "
-                f"make the micro-batch count a multiple of pp = {pp}, or below {2 * pp}")
+        return (
+            f"{split}, which schedule {schedule} cannot split into n // pp = {rounds} equal rounds: "
+            f"make the micro-batch count a multiple of pp = {pp}, or below {2 * pp}"
+        )
     return None
 
 
@@ -335,7 +399,9 @@ def sequence_parallel_problem(sequence_parallel: bool, tp_scheme: str, seq_len: 
         return None
     if not SCHEMES[tp_scheme].sequence_parallel:
         planned = next(s.name for s in SCHEMES.values() if s.sequence_parallel)
-        return f'only the {planned} scheme has a sequence-parallel plan: drop it, or use tp_scheme = "{planned}"'
+        return (
+            f'only the {planned} scheme has a sequence-parallel plan: drop it, or use tp_scheme = "{planned}"'
+        )
     if seq_len % tp:
         return f"shards the sequence: training.seq_len = {seq_len} must be divisible by {tp}"
     return None

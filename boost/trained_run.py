@@ -81,7 +81,9 @@ class TrainedRun:
 def read_toml(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
-        raise RunError(f"--config {path} does not exist; pass the TOML the run was trained with (train_configs/)")
+        raise RunError(
+            f"--config {path} does not exist; pass the TOML the run was trained with (train_configs/)"
+        )
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
@@ -111,7 +113,9 @@ def find_checkpoint(config: dict, checkpoint: str | int | None = None) -> Path:
     else:
         path = Path(checkpoint).expanduser()
     if not path.is_dir():
-        raise RunError(f"--checkpoint {checkpoint}: {path} is not a folder; pass a step-N folder or a step number")
+        raise RunError(
+            f"--checkpoint {checkpoint}: {path} is not a folder; pass a step-N folder or a step number"
+        )
     reason = inspect_checkpoint(path)
     if reason is not None:
         raise RunError(f"--checkpoint {path} cannot be read: {reason}")
@@ -131,11 +135,15 @@ def _model_prefix(shapes: dict[str, torch.Size]) -> str:
     raise RunError("the checkpoint holds no tok_embeddings.weight: it is not a BOOST model checkpoint")
 
 
-def model_args_from_run(config: dict, shapes: dict[str, torch.Size], source: str, max_seq_len: int | None = None) -> ModelArgs:
+def model_args_from_run(
+    config: dict, shapes: dict[str, torch.Size], source: str, max_seq_len: int | None = None
+) -> ModelArgs:
     """``ModelArgs`` of a run: architecture from the TOML, sizes from the checkpoint, each checked against the other."""
     flavor = config.get("model", {}).get("flavor")
     if flavor not in FLAVORS:
-        raise RunError(f"{source}: model.flavor = {flavor!r} is not a BOOST flavor; choose one of {sorted(FLAVORS)}")
+        raise RunError(
+            f"{source}: model.flavor = {flavor!r} is not a BOOST flavor; choose one of {sorted(FLAVORS)}"
+        )
     linear = config.get("boost", {}).get("linear", ModelArgs.linear)
     if linear not in LINEAR_KINDS:
         raise RunError(f"{source}: boost.linear = {linear!r} is unknown; choose one of {LINEAR_KINDS}")
@@ -149,13 +157,20 @@ def model_args_from_run(config: dict, shapes: dict[str, torch.Size], source: str
             "model; pass the TOML this run was trained with"
         )
     # not in the weights' shapes: the run's [boost] section, else the flavor's
-    overrides = {"n_layers": n_layers, "only_lr_act": config.get("boost", {}).get("only_lr_act", FLAVORS[flavor].only_lr_act)}
+    overrides = {
+        "n_layers": n_layers,
+        "only_lr_act": config.get("boost", {}).get("only_lr_act", FLAVORS[flavor].only_lr_act),
+    }
     if low_rank:
         overrides["rank"] = shapes[f"{p}layers.0.attention.wo.down.weight"][0]
         overrides["group_linears"] = f"{p}layers.0.attention.wqkv.down.weight" in shapes
     train_len = config.get("training", {}).get("seq_len", 2048)
     args = ModelArgs.from_flavor(
-        flavor, linear=linear, vocab_size=vocab_size, max_seq_len=max(train_len, max_seq_len or 0), **overrides
+        flavor,
+        linear=linear,
+        vocab_size=vocab_size,
+        max_seq_len=max(train_len, max_seq_len or 0),
+        **overrides,
     )
     if args.dim != dim or n_layers != FLAVORS[flavor].n_layers:
         raise RunError(
@@ -165,7 +180,9 @@ def model_args_from_run(config: dict, shapes: dict[str, torch.Size], source: str
     return args
 
 
-def load_checkpoint_model(path: Path, config: dict, source: str, max_seq_len: int | None = None) -> Transformer:
+def load_checkpoint_model(
+    path: Path, config: dict, source: str, max_seq_len: int | None = None
+) -> Transformer:
     """A ``Transformer`` holding the model weights of the DCP checkpoint at ``path`` (no process group)."""
     shapes = _tensor_shapes(path)
     args = model_args_from_run(config, shapes, source, max_seq_len)
@@ -177,11 +194,15 @@ def load_checkpoint_model(path: Path, config: dict, source: str, max_seq_len: in
     state = {prefix + k: v for k, v in model.state_dict().items()}
     missing = sorted(k for k in state if k not in shapes)
     if missing:
-        raise RunError(f"{path}: the checkpoint lacks {len(missing)} model tensor(s) the config implies, e.g. {missing[:3]}")
+        raise RunError(
+            f"{path}: the checkpoint lacks {len(missing)} model tensor(s) the config implies, e.g. {missing[:3]}"
+        )
     wrong = [k for k, v in state.items() if tuple(shapes[k]) != tuple(v.shape)]
     if wrong:
         k = wrong[0]
-        raise RunError(f"{path}: tensor {k} has shape {tuple(shapes[k])}, the config implies {tuple(state[k].shape)}")
+        raise RunError(
+            f"{path}: tensor {k} has shape {tuple(shapes[k])}, the config implies {tuple(state[k].shape)}"
+        )
     with warnings.catch_warnings():
         # "torch.distributed is ... uninitialized, assuming ... a single process": exactly the intent.
         warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
@@ -265,5 +286,11 @@ def shard_for_inference(model: Transformer, config: dict) -> int:
     from boost.parallel import apply_tp
 
     mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
-    apply_tp(model, mesh, scheme=KINDS[model.model_args.linear].tp_scheme, norm=config.get("boost", {}).get("norm", "online"), loss_parallel=False)
+    apply_tp(
+        model,
+        mesh,
+        scheme=KINDS[model.model_args.linear].tp_scheme,
+        norm=config.get("boost", {}).get("norm", "online"),
+        loss_parallel=False,
+    )
     return dist.get_rank()

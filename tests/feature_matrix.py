@@ -18,16 +18,35 @@ from dataclasses import dataclass
 # cannot group them), Megatron is the dense baseline.
 MODELS: dict[str, tuple[str, ...]] = {
     "btp": ("--boost.linear", "cola", "--boost.tp_scheme", "btp"),
-    "vanilla": ("--boost.linear", "cola", "--boost.tp_scheme", "vanilla", "--boost.no-group-linears",
-                "--boost.norm", "sync"),
+    "vanilla": (
+        "--boost.linear",
+        "cola",
+        "--boost.tp_scheme",
+        "vanilla",
+        "--boost.no-group-linears",
+        "--boost.norm",
+        "sync",
+    ),
     "megatron": ("--boost.linear", "full", "--boost.tp_scheme", "megatron"),
 }
 
 LAYOUTS: dict[str, tuple[int, tuple[str, ...]]] = {  # name -> (processes, overrides)
     "tp": (2, ("--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1")),
-    "fsdp×tp": (4, ("--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "2")),
-    "pp×tp": (4, ("--parallelism.tensor_parallel_degree", "2", "--parallelism.pipeline_parallel_degree", "2",
-                  "--parallelism.data_parallel_shard_degree", "1")),
+    "fsdp×tp": (
+        4,
+        ("--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "2"),
+    ),
+    "pp×tp": (
+        4,
+        (
+            "--parallelism.tensor_parallel_degree",
+            "2",
+            "--parallelism.pipeline_parallel_degree",
+            "2",
+            "--parallelism.data_parallel_shard_degree",
+            "1",
+        ),
+    ),
 }
 
 REFERENCES: dict[str, tuple[int, tuple[str, ...]]] = {  # data-parallel degree -> (processes, overrides)
@@ -82,11 +101,21 @@ SUPPORTED: list[Row] = [
 
 # Refused before any process starts: (processes, overrides, a phrase the refusal must contain).
 REFUSED: list[tuple[int, tuple[str, ...], str]] = [
-    (2, (*MODELS["vanilla"], *LAYOUTS["tp"][1], "--boost.activation_checkpoint", "lowrank"),
-     "boost.activation_checkpoint"),
-    (2, (*MODELS["megatron"], *LAYOUTS["tp"][1], "--boost.activation_checkpoint", "lowrank"),
-     "boost.activation_checkpoint"),
-    (1, ("--boost.activation_checkpoint", "lowrank"), "boost.activation_checkpoint"),  # TP = 1: nothing r-wide
+    (
+        2,
+        (*MODELS["vanilla"], *LAYOUTS["tp"][1], "--boost.activation_checkpoint", "lowrank"),
+        "boost.activation_checkpoint",
+    ),
+    (
+        2,
+        (*MODELS["megatron"], *LAYOUTS["tp"][1], "--boost.activation_checkpoint", "lowrank"),
+        "boost.activation_checkpoint",
+    ),
+    (
+        1,
+        ("--boost.activation_checkpoint", "lowrank"),
+        "boost.activation_checkpoint",
+    ),  # TP = 1: nothing r-wide
     (2, ("--parallelism.context_parallel_degree", "2"), "parallelism.context_parallel_degree"),
     (1, ("--activation_checkpoint.mode", "full"), "activation_checkpoint.mode"),  # one AC switch
     (2, (*LAYOUTS["tp"][1], "--boost.no-group-linears"), "boost.norm"),  # online needs one reader per norm

@@ -10,17 +10,43 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # short sequences and batches: a step of the debug model takes well under a second on CPU
-SMALL = ["--training.seq_len", "64", "--training.local_batch_size", "4", "--metrics.log_freq", "1",
-         "--validation.seq_len", "64", "--validation.steps", "2", "--validation.freq", "1000"]
+SMALL = [
+    "--training.seq_len",
+    "64",
+    "--training.local_batch_size",
+    "4",
+    "--metrics.log_freq",
+    "1",
+    "--validation.seq_len",
+    "64",
+    "--validation.steps",
+    "2",
+    "--validation.freq",
+    "1000",
+]
 
 
-def run_train(tmp_path: Path, *overrides: str, ngpu: int = 1, steps: int = 10, log_rank: int = 0,
-              folder: str = "out") -> str:
+def run_train(
+    tmp_path: Path, *overrides: str, ngpu: int = 1, steps: int = 10, log_rank: int = 0, folder: str = "out"
+) -> str:
     log_dir = tmp_path / f"{folder}-rank-logs"
-    env = dict(os.environ, NGPU=str(ngpu), PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"),
-               LOG_RANK=str(log_rank), LOG_DIR=str(log_dir))
-    cmd = ["./run_train.sh", "--job.dump_folder", str(tmp_path / folder), "--training.steps", str(steps), *SMALL,
-           *overrides]
+    env = dict(
+        os.environ,
+        NGPU=str(ngpu),
+        PYTHON=sys.executable,
+        BOOST_CACHE=str(tmp_path.parent / "boost-cache"),
+        LOG_RANK=str(log_rank),
+        LOG_DIR=str(log_dir),
+    )
+    cmd = [
+        "./run_train.sh",
+        "--job.dump_folder",
+        str(tmp_path / folder),
+        "--training.steps",
+        str(steps),
+        *SMALL,
+        *overrides,
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:] + _other_ranks_errors(log_dir, log_rank)

@@ -32,7 +32,9 @@ def linear_kind_overrides(linear: str, toml_values: dict) -> list[str]:
     overrides = ["--boost.linear", linear]
     if kind.tp_scheme != toml_values["boost"]["tp_scheme"]:
         overrides += ["--boost.tp_scheme", kind.tp_scheme]
-    if toml_values["boost"]["activation_checkpoint"] == "lowrank" and not lowrank_ac_applies(kind.tp_scheme, tp):
+    if toml_values["boost"]["activation_checkpoint"] == "lowrank" and not lowrank_ac_applies(
+        kind.tp_scheme, tp
+    ):
         overrides += ["--boost.activation_checkpoint", "full"]
     if toml_values["parallelism"]["pipeline_parallel_degree"] > 1 and not kind.pipelines:
         overrides += ["--parallelism.pipeline_parallel_degree", "1"]

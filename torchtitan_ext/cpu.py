@@ -3,9 +3,10 @@
 torchtitan 0.2.2 fixes ``device_type = _get_available_device_type() or "cuda"`` when
 ``torchtitan.tools.utils`` is imported, and its other modules copy that value. ``torchtitan_ext``'s
 ``__init__`` imports this module, so it runs before any torchtitan module BOOST imports: on a machine
-with no accelerator it makes that one import see ``"cpu"`` and a CPU device module whose memory statistics come from the process's peak RSS. The
-trainer, parallel dims (gloo is torch's default CPU backend), checkpointing and metrics are then
-torchtitan's, unchanged. On a machine with an accelerator this module does nothing.
+with no accelerator it makes that one import see ``"cpu"`` and a CPU device module whose memory
+statistics come from the process's peak RSS. The trainer, parallel dims (gloo is torch's default CPU
+backend), checkpointing and metrics are then torchtitan's, unchanged. On a machine with an accelerator
+this module does nothing.
 """
 
 from __future__ import annotations
@@ -71,7 +72,12 @@ class CPUDeviceModule(types.ModuleType):
     @staticmethod
     def memory_stats(device=None) -> dict:
         peak = peak_rss_bytes()
-        return {"active_bytes.all.peak": peak, "reserved_bytes.all.peak": peak, "num_alloc_retries": 0, "num_ooms": 0}
+        return {
+            "active_bytes.all.peak": peak,
+            "reserved_bytes.all.peak": peak,
+            "num_alloc_retries": 0,
+            "num_ooms": 0,
+        }
 
     @staticmethod
     def reset_peak_memory_stats(device=None) -> None:

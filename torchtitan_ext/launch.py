@@ -15,8 +15,8 @@ import os
 import signal
 import sys
 
-from torch.distributed.elastic.multiprocessing.api import SignalException
 from torch.distributed import run as torchrun
+from torch.distributed.elastic.multiprocessing.api import SignalException
 
 # above any sensible boost.stop_grace_s; the cluster's own SIGKILL is the real bound
 _SHUTDOWN_TIMEOUT_S = "3600"
@@ -28,8 +28,12 @@ def main(argv: list[str]) -> int:
         torchrun.main(argv)  # torchrun's own, failure reports (@record) included
     except SignalException as e:
         name = signal.Signals(e.sigval).name
-        print(f"BOOST launcher: {name} received; the ranks have stopped (their last lines above say whether "
-              f"they saved a checkpoint)", file=sys.stderr, flush=True)
+        print(
+            f"BOOST launcher: {name} received; the ranks have stopped (their last lines above say whether "
+            f"they saved a checkpoint)",
+            file=sys.stderr,
+            flush=True,
+        )
         return 128 + int(e.sigval)
     return 0
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-
 from torchtitan.components.metrics import MetricsProcessor
 from torchtitan.tools.logging import logger
 
@@ -108,8 +107,14 @@ class BoostMetricsProcessor(MetricsProcessor):
                 "summary": counter.summary(),
             }
 
-    def log(self, step: int, global_avg_loss: float, global_max_loss: float, grad_norm: float,
-            extra_metrics: dict[str, Any] | None = None):
+    def log(
+        self,
+        step: int,
+        global_avg_loss: float,
+        global_max_loss: float,
+        grad_norm: float,
+        extra_metrics: dict[str, Any] | None = None,
+    ):
         extra = dict(extra_metrics or {})
         if self.last_comm is not None:
             extra["boost/comm_bytes_per_step"] = self.last_comm["bytes"]
@@ -119,8 +124,10 @@ class BoostMetricsProcessor(MetricsProcessor):
                 extra[f"boost/comm_bytes/{kind}"] = nbytes
         super().log(step, global_avg_loss, global_max_loss, grad_norm, extra_metrics=extra)
         if self.last_comm and self.last_comm["count"]:
-            logger.info(f"comm/step: {self.last_comm['summary']}, host syncs {self.last_comm['host_syncs']} "
-                        "(rank 0, one step from its first forward to the optimizer step)")
+            logger.info(
+                f"comm/step: {self.last_comm['summary']}, host syncs {self.last_comm['host_syncs']} "
+                "(rank 0, one step from its first forward to the optimizer step)"
+            )
         refuse_non_finite(step, grad_norm)
 
 

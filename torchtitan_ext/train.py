@@ -10,7 +10,7 @@ import sys
 import time
 
 import torch.distributed as dist
-from torchtitan.train import main, Trainer
+from torchtitan.train import Trainer, main
 
 from boost.process_exit import exit_finished_process
 from boost.rules import MODEL_NAME
@@ -22,7 +22,6 @@ from torchtitan_ext.guards.launcher_watch import end_with_launcher
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
 from torchtitan_ext.train_spec import register_boost_train_spec
-
 
 # How long ranks other than 0 wait, after a refusal, for torchrun to stop them once rank 0 has exited.
 _REFUSAL_GRACE_S = 30
@@ -46,7 +45,9 @@ class BoostTrainer(Trainer):
             raise SystemExit(2) from None
         try:
             # rank 0 holds the folder; the other ranks are stopped by torchrun if it refuses
-            self.run_lock = RunLock.acquire(job_config.job.dump_folder) if os.environ.get("RANK", "0") == "0" else None
+            self.run_lock = (
+                RunLock.acquire(job_config.job.dump_folder) if os.environ.get("RANK", "0") == "0" else None
+            )
             resume_plan = prepare_resume(job_config, world_size_from_env(job_config))
         except (CheckpointRefused, RunFolderInUse) as e:
             if os.environ.get("RANK", "0") == "0":

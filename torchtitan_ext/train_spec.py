@@ -13,12 +13,12 @@ from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 
 from boost.model import FLAVORS
 from boost.rules import MODEL_NAME
-from torchtitan_ext.metrics import build_boost_metrics_processor
-from torchtitan_ext.model import JobModelArgs, JobTransformer
-from torchtitan_ext.infra.parallelize import parallelize_boost
-from torchtitan_ext.infra.pipeline import pipeline_boost
 from torchtitan_ext.data.text_datasets import build_boost_dataloader, build_boost_validator
 from torchtitan_ext.data.tokenizer import build_boost_tokenizer
+from torchtitan_ext.infra.parallelize import parallelize_boost
+from torchtitan_ext.infra.pipeline import pipeline_boost
+from torchtitan_ext.metrics import build_boost_metrics_processor
+from torchtitan_ext.model import JobModelArgs, JobTransformer
 
 
 def get_train_spec() -> TrainSpec:

@@ -48,19 +48,28 @@ def _read_utf8_file(path: Path, config_field: str) -> str:
     try:
         raw = path.read_bytes()
     except OSError as e:
-        raise _corpus_error(config_field, path, f"cannot be read ({e.strerror})", "check its permissions") from None
+        raise _corpus_error(
+            config_field, path, f"cannot be read ({e.strerror})", "check its permissions"
+        ) from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise _corpus_error(config_field, f"{path}:{line}", f"is not UTF-8 text (byte {e.start})",
-                            "convert it to UTF-8 (iconv -t UTF-8) or remove it") from None
+        raise _corpus_error(
+            config_field,
+            f"{path}:{line}",
+            f"is not UTF-8 text (byte {e.start})",
+            "convert it to UTF-8 (iconv -t UTF-8) or remove it",
+        ) from None
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
-        raise _corpus_error(config_field, f"{path}:{line}", "holds NUL bytes: a binary file, not text", "remove it")
+        raise _corpus_error(
+            config_field, f"{path}:{line}", "holds NUL bytes: a binary file, not text", "remove it"
+        )
     if not text.strip():
-        raise _corpus_error(config_field, path, "is empty" if not text else "holds only blank space",
-                            "fill it or remove it")
+        raise _corpus_error(
+            config_field, path, "is empty" if not text else "holds only blank space", "fill it or remove it"
+        )
     return text
 
 
@@ -74,17 +83,33 @@ def _read_jsonl_texts(path: Path, config_field: str) -> list[str]:
         try:
             record = json.loads(line)
         except json.JSONDecodeError as e:
-            raise _corpus_error(config_field, where, f"is not JSON ({e.msg}, column {e.colno})",
-                                'write one JSON object per line, e.g. {"text": "..."}') from None
+            raise _corpus_error(
+                config_field,
+                where,
+                f"is not JSON ({e.msg}, column {e.colno})",
+                'write one JSON object per line, e.g. {"text": "..."}',
+            ) from None
         if not isinstance(record, dict):
-            raise _corpus_error(config_field, where, f"is a JSON {type(record).__name__}, not an object",
-                                'write one JSON object per line, e.g. {"text": "..."}')
+            raise _corpus_error(
+                config_field,
+                where,
+                f"is a JSON {type(record).__name__}, not an object",
+                'write one JSON object per line, e.g. {"text": "..."}',
+            )
         if "text" not in record:
-            raise _corpus_error(config_field, where, f"has no 'text' field (keys: {sorted(record)})",
-                                "name the document's field 'text'")
+            raise _corpus_error(
+                config_field,
+                where,
+                f"has no 'text' field (keys: {sorted(record)})",
+                "name the document's field 'text'",
+            )
         if not isinstance(record["text"], str):
-            raise _corpus_error(config_field, where, f"has a 'text' of type {type(record['text']).__name__}, "
-                                "not a string", "store each document as a JSON string")
+            raise _corpus_error(
+                config_field,
+                where,
+                f"has a 'text' of type {type(record['text']).__name__}, not a string",
+                "store each document as a JSON string",
+            )
         texts.append(record["text"])
     if not texts:
         raise _corpus_error(config_field, path, "holds only blank lines", "fill it or remove it")
@@ -98,18 +123,34 @@ def _read_parquet_texts(path: Path, config_field: str) -> list[str]:
     try:
         schema = pq.read_schema(path)
         if "text" not in schema.names:
-            raise _corpus_error(config_field, path, f"has no 'text' column (columns: {schema.names})",
-                                "name the document column 'text'")
-        if not (pa.types.is_string(schema.field("text").type) or pa.types.is_large_string(schema.field("text").type)):
-            raise _corpus_error(config_field, path, f"has a 'text' column of {schema.field('text').type}, not strings",
-                                "store the documents as strings")
+            raise _corpus_error(
+                config_field,
+                path,
+                f"has no 'text' column (columns: {schema.names})",
+                "name the document column 'text'",
+            )
+        if not (
+            pa.types.is_string(schema.field("text").type)
+            or pa.types.is_large_string(schema.field("text").type)
+        ):
+            raise _corpus_error(
+                config_field,
+                path,
+                f"has a 'text' column of {schema.field('text').type}, not strings",
+                "store the documents as strings",
+            )
         texts = pq.read_table(path, columns=["text"]).column("text").to_pylist()
     except (pa.ArrowException, OSError) as e:
-        raise _corpus_error(config_field, path, f"is not a readable parquet file ({e})",
-                            "write it with pyarrow or pandas' to_parquet, or remove it") from None
+        raise _corpus_error(
+            config_field,
+            path,
+            f"is not a readable parquet file ({e})",
+            "write it with pyarrow or pandas' to_parquet, or remove it",
+        ) from None
     if None in texts:
-        raise _corpus_error(config_field, f"{path} row {texts.index(None)}", "has a null 'text'",
-                            "drop or fill the row")
+        raise _corpus_error(
+            config_field, f"{path} row {texts.index(None)}", "has a null 'text'", "drop or fill the row"
+        )
     if not texts:
         raise _corpus_error(config_field, path, "holds no row", "fill it or remove it")
     return texts
@@ -131,4 +172,3 @@ def read_local_corpus(dataset_path: str | None, config_field: str = "training.da
         else:
             texts.extend(_read_parquet_texts(path, config_field))
     return texts
-

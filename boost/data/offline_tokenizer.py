@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tokenizers import decoders, models, pre_tokenizers, Tokenizer, trainers
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 from boost.data.stdlib_corpus import read_stdlib_file, stdlib_files
 
@@ -46,7 +46,9 @@ def stdlib_tokenizer_dir(vocab_size: int, cache_dir: str | None) -> Path:
     """Cache folder of the offline BPE for this vocabulary, Python version and corpus."""
     # python_version(), not sys.version: the latter names the build date and compiler, which
     # differ between machines that hold the same standard library.
-    key = "\n".join([_BPE_RECIPE, str(_TOKENIZER_TRAIN_CHARS), platform.python_version(), *stdlib_files("train")])
+    key = "\n".join(
+        [_BPE_RECIPE, str(_TOKENIZER_TRAIN_CHARS), platform.python_version(), *stdlib_files("train")]
+    )
     digest = hashlib.sha1(key.encode()).hexdigest()[:10]
     return _cache_root(cache_dir) / f"tokenizer-stdlib-v{vocab_size}-{digest}"
 
@@ -71,7 +73,9 @@ def _train_stdlib_bpe(vocab_size: int) -> Tokenizer:
         show_progress=False,
     )
     tokenizer.train_from_iterator(texts, trainer=trainer)
-    logger.info(f"Trained a {tokenizer.get_vocab_size()}-token byte-level BPE on {n_chars / 1e6:.1f}M stdlib chars")
+    logger.info(
+        f"Trained a {tokenizer.get_vocab_size()}-token byte-level BPE on {n_chars / 1e6:.1f}M stdlib chars"
+    )
     return tokenizer
 
 

@@ -8,4 +8,7 @@ They import torch and transformers only.
 
 from pathlib import Path
 
-REMOTE_CODE_FILES = (Path(__file__).with_name("configuration_boost.py"), Path(__file__).with_name("modeling_boost.py"))
+REMOTE_CODE_FILES = (
+    Path(__file__).with_name("configuration_boost.py"),
+    Path(__file__).with_name("modeling_boost.py"),
+)

@@ -17,6 +17,8 @@ class BoostConfig(LlamaConfig):
 
     def __init__(self, linear: str = "cola", rank: int = 64, only_lr_act: bool = True, **kwargs):
         if linear not in ("svd", "cola", "lax"):
-            raise ValueError(f"config.json: linear = {linear!r} must be svd, cola or lax (full models are LlamaForCausalLM)")
+            raise ValueError(
+                f"config.json: linear = {linear!r} must be svd, cola or lax (full models are LlamaForCausalLM)"
+            )
         self.linear, self.rank, self.only_lr_act = linear, rank, only_lr_act
         super().__init__(**kwargs)

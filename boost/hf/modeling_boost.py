@@ -44,7 +44,9 @@ class LatentCrossing:
 class LowRankLinear(nn.Module):
     """``B (σ(A x) [+ z_prev])`` with ``down`` = A and ``up`` = B."""
 
-    def __init__(self, d_in: int, d_out: int, rank: int, activation: bool, name: str, crossing: LatentCrossing | None):
+    def __init__(
+        self, d_in: int, d_out: int, rank: int, activation: bool, name: str, crossing: LatentCrossing | None
+    ):
         super().__init__()
         self.down = nn.Linear(d_in, rank, bias=False)
         self.up = nn.Linear(rank, d_out, bias=False)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from boost.rules import DEFAULT_RANK_RATIO, KINDS, linear_kind, rank_problem, resolve_rank
 
+
 @dataclass(frozen=True)
 class Flavor:
     """One published model shape. ``rank`` ``None`` is ``d/4``; ``source`` says where the shape comes from."""
@@ -85,8 +86,15 @@ class ModelArgs:
             raise ValueError(f"unknown flavor {flavor!r}; choose one of {sorted(FLAVORS)}")
         f = FLAVORS[flavor]
         fields = dict(
-            dim=f.dim, n_layers=f.n_layers, n_heads=f.n_heads, n_kv_heads=f.n_kv_heads, ffn_dim=f.ffn_dim,
-            rank=flavor_rank(flavor), only_lr_act=f.only_lr_act, vocab_size=vocab_size, linear=linear,
+            dim=f.dim,
+            n_layers=f.n_layers,
+            n_heads=f.n_heads,
+            n_kv_heads=f.n_kv_heads,
+            ffn_dim=f.ffn_dim,
+            rank=flavor_rank(flavor),
+            only_lr_act=f.only_lr_act,
+            vocab_size=vocab_size,
+            linear=linear,
         )
         unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
         if unknown:

@@ -69,7 +69,12 @@ class Attention(nn.Module):
         self.wo = make_projection(args, q_dim, args.dim, "o")
 
     def forward(
-        self, x: torch.Tensor, rope: torch.Tensor, carry: dict, cache: KVCache | None = None, layer_id: int = 0
+        self,
+        x: torch.Tensor,
+        rope: torch.Tensor,
+        carry: dict,
+        cache: KVCache | None = None,
+        layer_id: int = 0,
     ) -> torch.Tensor:
         # rope starts at this call's first position (the Transformer slices it past a cache).
         if hasattr(self, "wqkv"):
@@ -91,7 +96,10 @@ class FeedForward(nn.Module):
         self.gate_act = not (KINDS[args.linear].latent_activation and args.only_lr_act)
         if args.grouped:
             self.w13 = make_grouped(
-                args, args.dim, [("gate", args.ffn_dim), ("up", args.ffn_dim)], RMSNorm(args.dim, args.norm_eps)
+                args,
+                args.dim,
+                [("gate", args.ffn_dim), ("up", args.ffn_dim)],
+                RMSNorm(args.dim, args.norm_eps),
             )
         else:
             self.w1 = make_projection(args, args.dim, args.ffn_dim, "gate")
@@ -127,12 +135,18 @@ class TransformerBlock(nn.Module):
         self.attention_norm = None if args.grouped else RMSNorm(args.dim, args.norm_eps)
         self.ffn_norm = None if args.grouped else RMSNorm(args.dim, args.norm_eps)
 
-    def forward(self, x: torch.Tensor, rope: torch.Tensor, carry: dict | None = None, cache: KVCache | None = None):
+    def forward(
+        self, x: torch.Tensor, rope: torch.Tensor, carry: dict | None = None, cache: KVCache | None = None
+    ):
         lax = carry is not None
         carry = dict(carry or {})
         # The cache goes by keyword: tensor-parallel plans prepare the positional inputs (x, rope, carry).
         h = x + self.attention(
-            self.attention_norm(x) if self.attention_norm else x, rope, carry, cache=cache, layer_id=self.layer_id
+            self.attention_norm(x) if self.attention_norm else x,
+            rope,
+            carry,
+            cache=cache,
+            layer_id=self.layer_id,
         )
         out = h + self.feed_forward(self.ffn_norm(h) if self.ffn_norm else h, carry)
         return (out, carry) if lax else out
@@ -159,10 +173,14 @@ class Transformer(nn.Module):
         self.model_args = model_args
         self.tok_embeddings = nn.Embedding(model_args.vocab_size, model_args.dim)
         self.register_buffer(
-            "rope", rope_cache(model_args.head_dim, model_args.max_seq_len, model_args.rope_theta), persistent=False
+            "rope",
+            rope_cache(model_args.head_dim, model_args.max_seq_len, model_args.rope_theta),
+            persistent=False,
         )
         # ModuleDict keyed by str(i): names survive pipeline-stage splitting.
-        self.layers = nn.ModuleDict({str(i): TransformerBlock(i, model_args) for i in range(model_args.n_layers)})
+        self.layers = nn.ModuleDict(
+            {str(i): TransformerBlock(i, model_args) for i in range(model_args.n_layers)}
+        )
         self.norm = RMSNorm(model_args.dim, model_args.norm_eps)
         self.output = nn.Linear(model_args.dim, model_args.vocab_size, bias=False)
         if model_args.tie_embeddings:

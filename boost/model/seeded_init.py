@@ -56,7 +56,8 @@ def shard_box(param: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
     for i, p in enumerate(placements):
         if isinstance(p, _StridedShard):
             later = math.prod(
-                mesh.size(j) for j in range(i + 1, len(placements))
+                mesh.size(j)
+                for j in range(i + 1, len(placements))
                 if isinstance(placements[j], Shard) and placements[j].dim == p.dim
             )
             if later != p.split_factor:
@@ -67,7 +68,9 @@ def shard_box(param: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
     local_shape, offset = compute_local_shape_and_global_offset(param.shape, mesh, placements)
     held = tuple(param.to_local().shape)
     if tuple(local_shape) != held:
-        raise RuntimeError(f"seeded init: placements {placements} give a {local_shape} shard, the rank holds {held}")
+        raise RuntimeError(
+            f"seeded init: placements {placements} give a {local_shape} shard, the rank holds {held}"
+        )
     return tuple(offset), tuple(local_shape)
 
 
@@ -118,14 +121,18 @@ def draw_region(part: SeededPart, seed: int, region: Sequence[slice]) -> torch.T
     grid = [math.ceil(n / t) for n, t in zip(part.shape, tile)]
     base = _base_seed(part.key, seed)
     gen = torch.Generator()
-    for index in itertools.product(*(range(s.start // t, math.ceil(s.stop / t)) for s, t in zip(region, tile))):
+    for index in itertools.product(
+        *(range(s.start // t, math.ceil(s.stop / t)) for s, t in zip(region, tile))
+    ):
         lo = [i * t for i, t in zip(index, tile)]
         hi = [min(l + t, n) for l, t, n in zip(lo, tile, part.shape)]
         # mt19937 takes 32 bits of its seed: consecutive tiles of a part get consecutive seeds, so
         # they never share a stream; two parts' seed ranges overlap by chance, ~(parts·tiles)/2^32
         # (1e-2 at 30B), which would repeat one tile: harmless for training.
         gen.manual_seed((base + _ravel(index, grid)) % 2**32)
-        values = torch.randn([h - l for l, h in zip(lo, hi)], generator=gen, dtype=torch.float64, device="cpu")
+        values = torch.randn(
+            [h - l for l, h in zip(lo, hi)], generator=gen, dtype=torch.float64, device="cpu"
+        )
         a = [max(l, s.start) for l, s in zip(lo, region)]
         b = [min(h, s.stop) for h, s in zip(hi, region)]
         out[tuple(slice(x - s.start, y - s.start) for x, y, s in zip(a, b, region))] = values[

@@ -6,7 +6,12 @@ from boost.parallel.styles import BoostParallelStyle, ShardedRMSNormParallel
 from boost.parallel.tp_plans import apply_tp, check_tp_shapes
 
 __all__ = [
-    "apply_lowrank_ac", "apply_compiled_full_ac",
-    "apply_tp", "check_tp_shapes",
-    "BoostParallelStyle", "ShardedRMSNormParallel", "OnlineRMSNormDown", "SyncRMSNorm",
+    "apply_lowrank_ac",
+    "apply_compiled_full_ac",
+    "apply_tp",
+    "check_tp_shapes",
+    "BoostParallelStyle",
+    "ShardedRMSNormParallel",
+    "OnlineRMSNormDown",
+    "SyncRMSNorm",
 ]

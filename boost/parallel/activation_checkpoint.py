@@ -31,25 +31,29 @@ from boost.parallel.latent_replay import record_and_replay_collectives
 
 _c10d, _aten = torch.ops._c10d_functional, torch.ops.aten
 # The forward collectives of BTP (boost.parallel.collectives) and of the vanilla/megatron plans (DTensor).
-KEPT_COLLECTIVES = frozenset({
-    _c10d.all_reduce.default,
-    _c10d.all_reduce_coalesced.default,
-    _c10d.wait_tensor.default,
-    _c10d.all_gather_into_tensor.default,
-    _c10d.reduce_scatter_tensor.default,
-})
+KEPT_COLLECTIVES = frozenset(
+    {
+        _c10d.all_reduce.default,
+        _c10d.all_reduce_coalesced.default,
+        _c10d.wait_tensor.default,
+        _c10d.all_gather_into_tensor.default,
+        _c10d.reduce_scatter_tensor.default,
+    }
+)
 # Compiled only (low-rank and full AC): the attention output is kept too (as torchtitan's selective AC
 # keeps it). SDPA's
 # kernels are tagged as seeded (a dropout argument); recomputing one makes AOTAutograd save an RNG
 # state, which torch 2.13 appends after the DeviceMesh objects of DTensor inputs and then fails
 # ("expected all tensors_saved_with_vc_check to be Tensors"). Cost: d/t values per token per
 # block beside the 7·r kept latents; gain: no O(s²) attention recompute.
-KEPT_ATTENTION = frozenset({
-    _aten._scaled_dot_product_flash_attention_for_cpu.default,
-    _aten._scaled_dot_product_flash_attention.default,
-    _aten._scaled_dot_product_efficient_attention.default,
-    _aten._scaled_dot_product_cudnn_attention.default,
-})
+KEPT_ATTENTION = frozenset(
+    {
+        _aten._scaled_dot_product_flash_attention_for_cpu.default,
+        _aten._scaled_dot_product_flash_attention.default,
+        _aten._scaled_dot_product_efficient_attention.default,
+        _aten._scaled_dot_product_cudnn_attention.default,
+    }
+)
 
 
 def _keep_collective_outputs(ctx, op, *args, **kwargs) -> CheckpointPolicy:
@@ -73,7 +77,9 @@ def apply_compiled_full_ac(model: nn.Module) -> nn.Module:
     """Whole-block AC for blocks that will be ``torch.compile``d: everything is recomputed but the
     attention kernel's output (``KEPT_ATTENTION``: torch 2.13 cannot recompute it in a compiled
     DTensor block). Eager runs use torchtitan's full AC."""
-    return _wrap_blocks(model, functools.partial(create_selective_checkpoint_contexts, _keep_attention_outputs))
+    return _wrap_blocks(
+        model, functools.partial(create_selective_checkpoint_contexts, _keep_attention_outputs)
+    )
 
 
 def apply_lowrank_ac(model: nn.Module, compiled: bool = False) -> nn.Module:
@@ -87,5 +93,7 @@ def apply_lowrank_ac(model: nn.Module, compiled: bool = False) -> nn.Module:
         >>> model = apply_lowrank_ac(apply_tp(Transformer(args), tp_mesh), compiled=False)
     """
     if compiled:
-        return _wrap_blocks(model, functools.partial(create_selective_checkpoint_contexts, _keep_collective_outputs))
+        return _wrap_blocks(
+            model, functools.partial(create_selective_checkpoint_contexts, _keep_collective_outputs)
+        )
     return _wrap_blocks(model, record_and_replay_collectives)

@@ -58,8 +58,8 @@ def all_reduce_grad_on_backward(x: torch.Tensor) -> torch.Tensor:
 class _RowParallelDown(torch.autograd.Function):
     """``y = all_reduce(x_i A_iᵀ)`` on local shards::
 
-        x_i  [.., d/t]   A_i  [R, d/t]   y  [.., R] replicated
-        bwd  dx_i = dy A_i,  dA_i = dyᵀ x_i     no collective: dy is the full (replicated) grad
+    x_i  [.., d/t]   A_i  [R, d/t]   y  [.., R] replicated
+    bwd  dx_i = dy A_i,  dA_i = dyᵀ x_i     no collective: dy is the full (replicated) grad
     """
 
     @staticmethod

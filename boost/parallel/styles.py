@@ -25,7 +25,14 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distribute_module, distribute_tensor
+from torch.distributed.tensor import (
+    DTensor,
+    Placement,
+    Replicate,
+    Shard,
+    distribute_module,
+    distribute_tensor,
+)
 from torch.distributed.tensor.parallel import ParallelStyle
 
 from boost.parallel.collectives import all_reduce_grad_on_backward, group_name, row_parallel_down
@@ -61,7 +68,8 @@ def _shard_param(module: nn.Module, name: str, mesh: DeviceMesh, placement: Plac
     if param is None or isinstance(param, DTensor):
         return
     module.register_parameter(
-        name, nn.Parameter(distribute_tensor(param, mesh, [placement], src_data_rank=None), param.requires_grad)
+        name,
+        nn.Parameter(distribute_tensor(param, mesh, [placement], src_data_rank=None), param.requires_grad),
     )
 
 
@@ -111,7 +119,13 @@ class ShardedRMSNormParallel(ParallelStyle):
         _warn_if_shard_local(self.norm, device_mesh.size())
         _divides("norm weight size", module.weight.shape[0], device_mesh.size())
         _shard_param(module, "weight", device_mesh, Shard(0))
-        _swap_forward(module, _sharded_norm_forward, group=group_name(device_mesh), mode=self.norm, dim=module.weight.shape[0])
+        _swap_forward(
+            module,
+            _sharded_norm_forward,
+            group=group_name(device_mesh),
+            mode=self.norm,
+            dim=module.weight.shape[0],
+        )
         return module
 
 
@@ -223,7 +237,9 @@ class BoostParallelStyle(ParallelStyle):
         for unit in up_units:
             _divides("up-projection output width", unit.weight.shape[-2], t)
             if unit.weight.shape[-1] > rank:
-                raise ValueError(f"up-projection reads {unit.weight.shape[-1]} features but the latent is {rank} wide")
+                raise ValueError(
+                    f"up-projection reads {unit.weight.shape[-1]} features but the latent is {rank} wide"
+                )
         norm = module.get_submodule(self.norm) if self.norm else None
         if norm is not None:
             _warn_if_shard_local(self.norm_mode, t)
@@ -239,7 +255,14 @@ class BoostParallelStyle(ParallelStyle):
         if norm is not None:
             _shard_param(norm, "weight", device_mesh, Shard(0))
 
-        _swap_forward(down, _down_forward, norm=norm, mode=self.norm_mode, mesh=device_mesh, group=group_name(device_mesh))
+        _swap_forward(
+            down,
+            _down_forward,
+            norm=norm,
+            mode=self.norm_mode,
+            mesh=device_mesh,
+            group=group_name(device_mesh),
+        )
         if norm is not None:
             _swap_forward(norm, _identity_forward)
         if self.latent is not None:
@@ -273,7 +296,12 @@ def _down_forward(down: nn.Linear, x: DTensor) -> DTensor:
     norm, mode, mesh, group = down._btp_norm, down._btp_mode, down._btp_mesh, down._btp_group
     if norm is not None and mode == "online":
         y = OnlineRMSNormDown.apply(
-            x.to_local(), norm.weight.to_local(), down.weight.to_local(), norm.eps, norm.weight.shape[0], group
+            x.to_local(),
+            norm.weight.to_local(),
+            down.weight.to_local(),
+            norm.eps,
+            norm.weight.shape[0],
+            group,
         )
         y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
     else:

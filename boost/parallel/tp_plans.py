@@ -55,7 +55,10 @@ def check_tp_shapes(args, t: int, scheme: str) -> None:
     """Raise ``ValueError`` naming the field when the model cannot be split ``t`` ways under ``scheme``
     (the rules of ``boost.rules``, which the trainer's preflight checks before any process starts)."""
     tp_scheme(scheme)
-    shapes = {**tp_sharded_dims(args.n_heads, args.kv_heads, args.dim, args.ffn_dim), "vocab_size": args.vocab_size}
+    shapes = {
+        **tp_sharded_dims(args.n_heads, args.kv_heads, args.dim, args.ffn_dim),
+        "vocab_size": args.vocab_size,
+    }
     for field, value, problem in (
         ("boost.tp_scheme", scheme, tp_scheme_problem(args.linear, scheme, t)),
         ("boost.group_linears", args.group_linears, grouping_problem(scheme, args.group_linears, t)),
@@ -94,10 +97,15 @@ def apply_tp(
         problem = online_norm_problem(args.linear, scheme, norm, args.group_linears, t)
         if problem is not None:
             # The trainer's preflight refuses this pair; a library caller is told, once, what runs instead.
-            warnings.warn(f'boost.norm = "online": {problem}. The ungrouped model runs norm = "sync"', stacklevel=2)
+            warnings.warn(
+                f'boost.norm = "online": {problem}. The ungrouped model runs norm = "sync"', stacklevel=2
+            )
         block_plan, edge_plan = btp_block_plan(args.grouped, norm), btp_edge_plan()
     else:
-        block_plan, edge_plan = replicated_residual_block_plan(record.low_rank, sp), replicated_residual_edge_plan(sp)
+        block_plan, edge_plan = (
+            replicated_residual_block_plan(record.low_rank, sp),
+            replicated_residual_edge_plan(sp),
+        )
     edge_plan["output"] = ColwiseParallel(
         input_layouts=Shard(1) if sp else Replicate(),
         output_layouts=Shard(-1) if loss_parallel else Replicate(),
@@ -106,8 +114,9 @@ def apply_tp(
     for layer in model.layers.values():
         parallelize_module(layer, tp_mesh, block_plan)
     # a pipeline stage holds some of the edges (torchtitan sets the others to None)
-    parallelize_module(model, tp_mesh, {name: style for name, style in edge_plan.items()
-                                        if getattr(model, name) is not None})
+    parallelize_module(
+        model, tp_mesh, {name: style for name, style in edge_plan.items() if getattr(model, name) is not None}
+    )
     if not record.shards_residual and model.tok_embeddings is not None:
         model.tok_embeddings.register_forward_hook(_wait_for_async_output)
     return model
@@ -123,20 +132,32 @@ def btp_block_plan(grouped: bool, norm: str) -> dict[str, ParallelStyle]:
     writer = BoostParallelStyle(latent="cross")
     if grouped:
         reader = BoostParallelStyle(latent="cross", norm="norm", norm_mode=norm)
-        return {"attention.wqkv": reader, "attention.wo": writer, "feed_forward.w13": reader, "feed_forward.w2": writer}
+        return {
+            "attention.wqkv": reader,
+            "attention.wo": writer,
+            "feed_forward.w13": reader,
+            "feed_forward.w2": writer,
+        }
     return {
         "attention_norm": ShardedRMSNormParallel(norm),
-        "attention.wq": writer, "attention.wk": writer, "attention.wv": writer, "attention.wo": writer,
+        "attention.wq": writer,
+        "attention.wk": writer,
+        "attention.wv": writer,
+        "attention.wo": writer,
         "ffn_norm": ShardedRMSNormParallel(norm),
-        "feed_forward.w1": writer, "feed_forward.w3": writer, "feed_forward.w2": writer,
+        "feed_forward.w1": writer,
+        "feed_forward.w3": writer,
+        "feed_forward.w2": writer,
     }
 
 
 def btp_edge_plan() -> dict[str, ParallelStyle]:
     """The embedding table sharded on its embedding dim yields the ``Shard(-1)`` residual stream with no
     collective; at the end of the network the hidden state is gathered once, for the replicated final norm."""
-    return {"tok_embeddings": ColwiseParallel(input_layouts=Replicate()),
-            "norm": ReplicatedParallel(input_layouts=Shard(-1))}
+    return {
+        "tok_embeddings": ColwiseParallel(input_layouts=Replicate()),
+        "norm": ReplicatedParallel(input_layouts=Shard(-1)),
+    }
 
 
 def replicated_residual_block_plan(low_rank: bool, sp: bool) -> dict[str, ParallelStyle]:
@@ -150,7 +171,9 @@ def replicated_residual_block_plan(low_rank: bool, sp: bool) -> dict[str, Parall
         # One Replicate DTensor per sublayer input: the column-parallel readers' gradients are
         # summed into one all-reduce (Megatron's "f"), not one per reader.
         "attention": PrepareModuleInput(
-            input_layouts=(seq, None, None), desired_input_layouts=(Replicate(), None, None), use_local_output=False
+            input_layouts=(seq, None, None),
+            desired_input_layouts=(Replicate(), None, None),
+            use_local_output=False,
         ),
         "feed_forward": PrepareModuleInput(
             input_layouts=(seq, None), desired_input_layouts=(Replicate(), None), use_local_output=False
@@ -165,8 +188,10 @@ def replicated_residual_block_plan(low_rank: bool, sp: bool) -> dict[str, Parall
 
 def replicated_residual_edge_plan(sp: bool) -> dict[str, ParallelStyle]:
     seq = Shard(1) if sp else Replicate()
-    return {"tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq),
-            "norm": SequenceParallel() if sp else ReplicatedParallel()}
+    return {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=seq),
+        "norm": SequenceParallel() if sp else ReplicatedParallel(),
+    }
 
 
 def _wait_for_async_output(module: nn.Module, args, out: torch.Tensor) -> torch.Tensor:

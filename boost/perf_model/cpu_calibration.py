@@ -25,7 +25,9 @@ def calibrate_cpu(size: int = 1024, repeats: int = 5) -> dict[str, float]:
         fn()
         times = []
         for _ in range(repeats):
-            t0 = time.perf_counter(); fn(); times.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
         return min(times)
 
     a, b = torch.randn(size, size), torch.randn(size, size)
@@ -52,7 +54,10 @@ def _gloo_worker(rank: int, world: int, store: str, out: str, repeats: int) -> N
         dist.all_reduce(x)
         best = float("inf")
         for _ in range(repeats):
-            dist.barrier(); t0 = time.perf_counter(); dist.all_reduce(x); best = min(best, time.perf_counter() - t0)
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_reduce(x)
+            best = min(best, time.perf_counter() - t0)
         return best
 
     small, n = timed(1), 8 * 2**20

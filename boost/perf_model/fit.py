@@ -33,25 +33,41 @@ def fit_a100(trials: int = 3000, seed: int = 0) -> Hardware:
         vol = per_layer(args, scheme, 4 * 4096)["forward"]
         count = sum(c for c, _ in vol.values())
         rows.append((count, 1.5 * sum(e for _, e in vol.values()) * 2, ms * 1e-3))
-    sxx = sum(a * a for a, _, _ in rows); sxy = sum(a * b for a, b, _ in rows); syy = sum(b * b for _, b, _ in rows)
-    sx = sum(a * y for a, _, y in rows); sy = sum(b * y for _, b, y in rows)
+    sxx = sum(a * a for a, _, _ in rows)
+    sxy = sum(a * b for a, b, _ in rows)
+    syy = sum(b * b for _, b, _ in rows)
+    sx = sum(a * y for a, _, y in rows)
+    sy = sum(b * y for _, b, y in rows)
     det = sxx * syy - sxy * sxy
     latency, inv_bw = (sx * syy - sy * sxy) / det, (sxx * sy - sxy * sx) / det
     base = dataclasses.replace(A100, latency=latency, bus_bw=1 / inv_bw)
 
     def worst(hw):  # minimax: the worst cell's |log(predicted / reported)|
-        return max(abs(math.log(r["predicted"] / r["reported"])) for r in paper_table(hw) if "comm" not in r["scheme"])
+        return max(
+            abs(math.log(r["predicted"] / r["reported"]))
+            for r in paper_table(hw)
+            if "comm" not in r["scheme"]
+        )
 
     # log-uniform random starts, then Gaussian steps in log space around the best: deterministic by seed
-    keys = {"eta_gemm": (0.3, 0.95), "ai_half": (1.0, 1000.0), "eta_attn": (0.1, 0.9), "eta_mem": (0.1, 0.95),
-            "t_kernel": (1e-7, 200e-6), "t_layer": (1e-7, 5e-3)}
+    keys = {
+        "eta_gemm": (0.3, 0.95),
+        "ai_half": (1.0, 1000.0),
+        "eta_attn": (0.1, 0.9),
+        "eta_mem": (0.1, 0.95),
+        "t_kernel": (1e-7, 200e-6),
+        "t_layer": (1e-7, 5e-3),
+    }
     rng = random.Random(seed)
     best, best_err = base, worst(base)
     for i in range(trials):
         if i < trials // 2:
             cand = {k: math.exp(rng.uniform(math.log(lo), math.log(hi))) for k, (lo, hi) in keys.items()}
         else:
-            cand = {k: min(hi, max(lo, getattr(best, k) * math.exp(rng.gauss(0, 0.1)))) for k, (lo, hi) in keys.items()}
+            cand = {
+                k: min(hi, max(lo, getattr(best, k) * math.exp(rng.gauss(0, 0.1))))
+                for k, (lo, hi) in keys.items()
+            }
         hw = dataclasses.replace(base, **cand)
         err = worst(hw)
         if err < best_err:

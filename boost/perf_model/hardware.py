@@ -45,21 +45,49 @@ class Hardware:
 # Fitted 2026-11-22 on the paper's 15 step times (GEMM/attention/memory efficiencies, t_kernel)
 # and its 3-cell per-layer communication row (bus_bw, latency); see docs/perf_model.md.
 A100 = Hardware(
-    name="a100", peak_flops=312e12, mem_bw=2.039e12, bus_bw=222.4e9, latency=69.9e-6, inter_bw=25e9,
-    memory_bytes=80e9, eta_gemm=0.749, ai_half=38.2, eta_attn=0.303, eta_mem=0.484, eta_hbm=0.80,
-    t_kernel=56e-6, t_layer=0.0,
+    name="a100",
+    peak_flops=312e12,
+    mem_bw=2.039e12,
+    bus_bw=222.4e9,
+    latency=69.9e-6,
+    inter_bw=25e9,
+    memory_bytes=80e9,
+    eta_gemm=0.749,
+    ai_half=38.2,
+    eta_attn=0.303,
+    eta_mem=0.484,
+    eta_hbm=0.80,
+    t_kernel=56e-6,
+    t_layer=0.0,
 )
 # H100: vendor peaks; efficiencies and the NVLink fraction (222.4/300) carried over from the A100 fit.
 H100 = dataclasses.replace(
-    A100, name="h100", peak_flops=989e12, mem_bw=3.35e12, bus_bw=450e9 * 222.4 / 300, latency=30e-6, inter_bw=50e9,
+    A100,
+    name="h100",
+    peak_flops=989e12,
+    mem_bw=3.35e12,
+    bus_bw=450e9 * 222.4 / 300,
+    latency=30e-6,
+    inter_bw=50e9,
 )
 # This 2-core CPU + gloo loopback, measured by calibrate_cpu() on 2026-11-22: fp32 1024² matmul
 # 23.2 GFLOP/s, 32 MiB clone 1.26 GB/s (read + write), gloo all-reduce between 2 processes 101 µs
 # for one element and 1.04 GB/s bus bandwidth at 32 MiB. Efficiencies are folded into the measured
 # numbers (eta = 1, ai_half ≈ 0); attention runs at the GEMM rate; dtype_bytes=4 for fp32 runs.
 CPU_GLOO = Hardware(
-    name="cpu_gloo", peak_flops=23.2e9, mem_bw=1.26e9, bus_bw=1.04e9, latency=101e-6, inter_bw=1.04e9,
-    gpus_per_node=2, memory_bytes=8e9, eta_gemm=1.0, ai_half=1e-6, eta_attn=1.0, eta_mem=1.0, eta_hbm=1.0,
+    name="cpu_gloo",
+    peak_flops=23.2e9,
+    mem_bw=1.26e9,
+    bus_bw=1.04e9,
+    latency=101e-6,
+    inter_bw=1.04e9,
+    gpus_per_node=2,
+    memory_bytes=8e9,
+    eta_gemm=1.0,
+    ai_half=1e-6,
+    eta_attn=1.0,
+    eta_mem=1.0,
+    eta_hbm=1.0,
     t_kernel=20e-6,
 )
 HARDWARE: dict[str, Hardware] = {"a100": A100, "h100": H100, "cpu_gloo": CPU_GLOO}

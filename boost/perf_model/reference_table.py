@@ -47,8 +47,16 @@ def paper_microbatches(pp: int) -> int:
     return max(1, pp - 1)
 
 
-def forward_comm_per_layer(flavor: str, scheme: str, tp: int, *, hardware: str | Hardware, micro_batch: int,
-                           seq_len: int, vocab_size: int = 32000) -> tuple[float, float]:
+def forward_comm_per_layer(
+    flavor: str,
+    scheme: str,
+    tp: int,
+    *,
+    hardware: str | Hardware,
+    micro_batch: int,
+    seq_len: int,
+    vocab_size: int = 32000,
+) -> tuple[float, float]:
     """(GiB, seconds) of one layer's forward TP collectives."""
     hw = get_hardware(hardware)
     args = model_args(flavor, scheme, vocab_size)
@@ -63,14 +71,40 @@ def paper_table(hardware: str | Hardware = "a100") -> list[dict]:
     for (flavor, tp, pp), reported in PAPER_STEP_TIMES.items():
         for scheme, ref in zip(PAPER_COLUMNS, reported):
             m = paper_microbatches(pp)
-            pred = predict_step_time(flavor, scheme, tp, pp, hardware=hardware, micro_batch=4, seq_len=4096,
-                                     num_microbatches=m) / m
-            rows.append(dict(flavor=flavor, tp=tp, pp=pp, scheme=scheme, predicted=pred, reported=ref,
-                             rel_error=(pred - ref) / ref))
+            pred = (
+                predict_step_time(
+                    flavor, scheme, tp, pp, hardware=hardware, micro_batch=4, seq_len=4096, num_microbatches=m
+                )
+                / m
+            )
+            rows.append(
+                dict(
+                    flavor=flavor,
+                    tp=tp,
+                    pp=pp,
+                    scheme=scheme,
+                    predicted=pred,
+                    reported=ref,
+                    rel_error=(pred - ref) / ref,
+                )
+            )
     for scheme, (gib, ms) in PAPER_COMM_7B.items():
-        pred_gib, pred_s = forward_comm_per_layer("7B", scheme, 4, hardware=hardware, micro_batch=4, seq_len=4096)
-        rows.append(dict(flavor="7B", tp=4, pp=1, scheme=f"{scheme} comm/layer fwd", predicted=pred_s * 1e3,
-                         reported=ms, rel_error=(pred_s * 1e3 - ms) / ms, gib=pred_gib, reported_gib=gib))
+        pred_gib, pred_s = forward_comm_per_layer(
+            "7B", scheme, 4, hardware=hardware, micro_batch=4, seq_len=4096
+        )
+        rows.append(
+            dict(
+                flavor="7B",
+                tp=4,
+                pp=1,
+                scheme=f"{scheme} comm/layer fwd",
+                predicted=pred_s * 1e3,
+                reported=ms,
+                rel_error=(pred_s * 1e3 - ms) / ms,
+                gib=pred_gib,
+                reported_gib=gib,
+            )
+        )
     return rows
 
 
@@ -80,5 +114,7 @@ def print_paper_table(hardware: str | Hardware = "a100") -> None:
     for row in paper_table(hardware):
         layout = f"{row['flavor']} TP{row['tp']}" + (f"xPP{row['pp']}" if row["pp"] > 1 else "")
         unit = " ms" if "comm" in row["scheme"] else " s"
-        print(f"{layout:<16}{row['scheme']:<26}{row['predicted']:>8.3f}{unit}{row['reported']:>7.2f}"
-              f"{100 * row['rel_error']:>+7.1f}%")
+        print(
+            f"{layout:<16}{row['scheme']:<26}{row['predicted']:>8.3f}{unit}{row['reported']:>7.2f}"
+            f"{100 * row['rel_error']:>+7.1f}%"
+        )

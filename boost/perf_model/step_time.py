@@ -46,6 +46,7 @@ from boost.model.args import ModelArgs, matmul_params
 from boost.perf_model.hardware import Hardware, get_hardware
 from boost.rules import AC_MODES, KINDS, SCHEMES, TP_SCHEMES
 
+
 def model_args(flavor: str, scheme: str, vocab_size: int = 32000, linear: str = "cola") -> ModelArgs:
     """The model a scheme runs (``TPScheme.kind_for``), its down-projections grouped where the scheme keeps
     the rank dim whole."""
@@ -54,8 +55,9 @@ def model_args(flavor: str, scheme: str, vocab_size: int = 32000, linear: str = 
     kind = SCHEMES[scheme].kind_for(linear)
     if not SCHEMES[scheme].takes(KINDS[kind]):
         raise ValueError(f"scheme {scheme!r} needs a low-rank linear kind, not {kind!r}")
-    return ModelArgs.from_flavor(flavor, linear=kind, vocab_size=vocab_size,
-                                  group_linears=SCHEMES[scheme].groups_linears)
+    return ModelArgs.from_flavor(
+        flavor, linear=kind, vocab_size=vocab_size, group_linears=SCHEMES[scheme].groups_linears
+    )
 
 
 def args_params(args: ModelArgs) -> int:
@@ -74,18 +76,32 @@ def block_gemms(args: ModelArgs, scheme: str, tp: int, tokens: int) -> list[tupl
     """
     record, t, T = SCHEMES[scheme], tp, tokens
     kv = args.kv_heads * args.head_dim
-    res, heads, kv_heads, ff = (record.residual_width(args.dim, t), record.local(args.dim, t),
-                                record.local(kv, t), record.local(args.ffn_dim, t))
+    res, heads, kv_heads, ff = (
+        record.residual_width(args.dim, t),
+        record.local(args.dim, t),
+        record.local(kv, t),
+        record.local(args.ffn_dim, t),
+    )
     if not args.low_rank:  # q; k|v batched; o; gate|up batched; down
-        return [(T, res, heads, 1), (T, res, kv_heads, 2), (T, heads, res, 1),
-                (T, res, ff, 2), (T, ff, res, 1)]
+        return [
+            (T, res, heads, 1),
+            (T, res, kv_heads, 2),
+            (T, heads, res, 1),
+            (T, res, ff, 2),
+            (T, ff, res, 1),
+        ]
     r = record.latent_width(args.rank, t)
     if args.grouped:
         return [
-            (T, res, 3 * r, 1), (T, r, heads, 1), (T, r, kv_heads, 2),  # A_qkv; B_q, B_k|B_v batched
-            (T, heads, r, 1), (T, r, res, 1),  # o
-            (T, res, 2 * r, 1), (T, r, ff, 2),  # A_gu; B_g|B_u batched
-            (T, ff, r, 1), (T, r, res, 1),  # down
+            (T, res, 3 * r, 1),
+            (T, r, heads, 1),
+            (T, r, kv_heads, 2),  # A_qkv; B_q, B_k|B_v batched
+            (T, heads, r, 1),
+            (T, r, res, 1),  # o
+            (T, res, 2 * r, 1),
+            (T, r, ff, 2),  # A_gu; B_g|B_u batched
+            (T, ff, r, 1),
+            (T, r, res, 1),  # down
         ]
     ins = [res, res, res, heads, res, res, ff]  # q k v o gate up down
     outs = [heads, kv_heads, kv_heads, res, ff, ff, res]
@@ -104,20 +120,34 @@ def gemm_time(M: int, K: int, N: int, hw: Hardware, dtype_bytes: int = 2, batch:
 def _gemm_fwd_bwd(shapes, hw, dtype_bytes) -> tuple[float, float]:
     fwd = sum(gemm_time(M, K, N, hw, dtype_bytes, b) for M, K, N, b in shapes)
     # dX = dY Wᵀ is [M,N]×[N,K]; dW = Xᵀ dY is [K,M]×[M,N]
-    bwd = sum(gemm_time(M, N, K, hw, dtype_bytes, b) + gemm_time(K, M, N, hw, dtype_bytes, b) for M, K, N, b in shapes)
+    bwd = sum(
+        gemm_time(M, N, K, hw, dtype_bytes, b) + gemm_time(K, M, N, hw, dtype_bytes, b)
+        for M, K, N, b in shapes
+    )
     return fwd, bwd
 
 
-def collective_time(volume: dict[str, tuple[int, int]], tp: int, hw: Hardware, dtype_bytes: int = 2, bus_bw: float | None = None) -> float:
+def collective_time(
+    volume: dict[str, tuple[int, int]],
+    tp: int,
+    hw: Hardware,
+    dtype_bytes: int = 2,
+    bus_bw: float | None = None,
+) -> float:
     """``Σ count·latency + ring_factor·elements·dtype/bus_bw`` over collective kinds; 0 at tp = 1."""
     if tp <= 1:
         return 0.0
     bw = bus_bw or hw.bus_bw
     ring = {"all_reduce": 2 * (tp - 1) / tp, "all_gather": (tp - 1) / tp, "reduce_scatter": (tp - 1) / tp}
-    return sum(count * hw.latency + ring[kind] * elements * dtype_bytes / bw for kind, (count, elements) in volume.items())
+    return sum(
+        count * hw.latency + ring[kind] * elements * dtype_bytes / bw
+        for kind, (count, elements) in volume.items()
+    )
 
 
-def _elementwise_bytes(args: ModelArgs, scheme: str, tp: int, tokens: int, norm: str, dtype_bytes: int) -> tuple[float, float]:
+def _elementwise_bytes(
+    args: ModelArgs, scheme: str, tp: int, tokens: int, norm: str, dtype_bytes: int
+) -> tuple[float, float]:
     """HBM bytes of one block's memory-bound ops, forward and backward (passes × width × T × dtype).
 
     Passes: RMSNorm 2 fwd / 3 bwd, residual add 3 / 1, RoPE 2 / 2 on q and k, SwiGLU or gate⊙up
@@ -141,7 +171,9 @@ def _elementwise_bytes(args: ModelArgs, scheme: str, tp: int, tokens: int, norm:
     return fwd * tokens * dtype_bytes, bwd * tokens * dtype_bytes
 
 
-def attention_time(args: ModelArgs, scheme: str, tp: int, micro_batch: int, seq_len: int, hw: Hardware) -> tuple[float, float]:
+def attention_time(
+    args: ModelArgs, scheme: str, tp: int, micro_batch: int, seq_len: int, hw: Hardware
+) -> tuple[float, float]:
     """Causal flash attention, fwd and bwd (bwd = 2.5× fwd FLOPs: it recomputes the scores)."""
     heads = SCHEMES[scheme].local(args.n_heads, tp)  # vanilla: q/k/v replicated
     fwd = 4.0 * micro_batch * seq_len * seq_len * heads * args.head_dim * 0.5
@@ -149,17 +181,33 @@ def attention_time(args: ModelArgs, scheme: str, tp: int, micro_batch: int, seq_
     return fwd / rate, 2.5 * fwd / rate
 
 
-def layer_times(args: ModelArgs, scheme: str, tp: int, *, micro_batch: int, seq_len: int, hw: Hardware,
-                norm: str = "online", dtype_bytes: int = 2, sequence_parallel: bool = False) -> dict[str, float]:
+def layer_times(
+    args: ModelArgs,
+    scheme: str,
+    tp: int,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    hw: Hardware,
+    norm: str = "online",
+    dtype_bytes: int = 2,
+    sequence_parallel: bool = False,
+) -> dict[str, float]:
     """Seconds of one block for one micro-batch on one rank, by component and direction."""
     T = micro_batch * seq_len
     g_fwd, g_bwd = _gemm_fwd_bwd(block_gemms(args, scheme, tp, T), hw, dtype_bytes)
     a_fwd, a_bwd = attention_time(args, scheme, tp, micro_batch, seq_len, hw)
-    e_fwd, e_bwd = (b / (hw.mem_bw * hw.eta_mem) for b in _elementwise_bytes(args, scheme, tp, T, norm, dtype_bytes))
+    e_fwd, e_bwd = (
+        b / (hw.mem_bw * hw.eta_mem) for b in _elementwise_bytes(args, scheme, tp, T, norm, dtype_bytes)
+    )
     vol = per_layer(args, scheme, T, norm=norm, sequence_parallel=sequence_parallel)
     return {
-        "gemm_fwd": g_fwd, "gemm_bwd": g_bwd, "attn_fwd": a_fwd, "attn_bwd": a_bwd,
-        "elem_fwd": e_fwd, "elem_bwd": e_bwd,
+        "gemm_fwd": g_fwd,
+        "gemm_bwd": g_bwd,
+        "attn_fwd": a_fwd,
+        "attn_bwd": a_bwd,
+        "elem_fwd": e_fwd,
+        "elem_bwd": e_bwd,
         "comm_fwd": collective_time(vol["forward"], tp, hw, dtype_bytes),
         "comm_bwd": collective_time(vol["backward"], tp, hw, dtype_bytes),
     }
@@ -172,10 +220,23 @@ def _head_time(args, tp, tokens, hw, dtype_bytes) -> float:
 
 
 def predict_step_time(
-    flavor: str, scheme: str, tp: int, pp: int, *, hardware: str | Hardware, micro_batch: int, seq_len: int,
-    dp: int = 1, num_microbatches: int | None = None, activation_checkpoint: str = "none",
-    dtype_bytes: int = 2, vocab_size: int = 32000, linear: str = "cola", norm: str = "online",
-    sequence_parallel: bool = False, breakdown: bool = False,
+    flavor: str,
+    scheme: str,
+    tp: int,
+    pp: int,
+    *,
+    hardware: str | Hardware,
+    micro_batch: int,
+    seq_len: int,
+    dp: int = 1,
+    num_microbatches: int | None = None,
+    activation_checkpoint: str = "none",
+    dtype_bytes: int = 2,
+    vocab_size: int = 32000,
+    linear: str = "cola",
+    norm: str = "online",
+    sequence_parallel: bool = False,
+    breakdown: bool = False,
 ) -> float | dict[str, float]:
     """Seconds per optimizer step (``breakdown=True``: the components, their sum under ``"total"``).
 
@@ -186,10 +247,21 @@ def predict_step_time(
         raise ValueError(f"unknown activation_checkpoint {activation_checkpoint!r}; choose one of {AC_MODES}")
     args = model_args(flavor, scheme, vocab_size, linear)
     m = num_microbatches or max(1, pp - 1)
-    lt = layer_times(args, scheme, tp, micro_batch=micro_batch, seq_len=seq_len, hw=hw, norm=norm,
-                     dtype_bytes=dtype_bytes, sequence_parallel=sequence_parallel)
+    lt = layer_times(
+        args,
+        scheme,
+        tp,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        hw=hw,
+        norm=norm,
+        dtype_bytes=dtype_bytes,
+        sequence_parallel=sequence_parallel,
+    )
     fwd = lt["gemm_fwd"] + lt["attn_fwd"] + lt["elem_fwd"]
-    layer = hw.t_layer + fwd + lt["gemm_bwd"] + lt["attn_bwd"] + lt["elem_bwd"] + lt["comm_fwd"] + lt["comm_bwd"]
+    layer = (
+        hw.t_layer + fwd + lt["gemm_bwd"] + lt["attn_bwd"] + lt["elem_bwd"] + lt["comm_fwd"] + lt["comm_bwd"]
+    )
     recompute = {"none": 0.0, "full": fwd + lt["comm_fwd"], "lowrank": fwd}[activation_checkpoint]
     layers_per_stage = math.ceil(args.n_layers / pp)
     T = micro_batch * seq_len
@@ -215,6 +287,13 @@ def predict_step_time(
     if not breakdown:
         return total
     parts = {k: v * layers_per_stage * (m + pp - 1) for k, v in lt.items()}
-    parts.update(recompute=recompute * layers_per_stage * (m + pp - 1), head=head, p2p=p2p * (m + pp - 1),
-                 bubble=(pp - 1) * stage, optimizer=optimizer, fsdp_exposed=exposed_fsdp, total=total)
+    parts.update(
+        recompute=recompute * layers_per_stage * (m + pp - 1),
+        head=head,
+        p2p=p2p * (m + pp - 1),
+        bubble=(pp - 1) * stage,
+        optimizer=optimizer,
+        fsdp_exposed=exposed_fsdp,
+        total=total,
+    )
     return parts

@@ -22,8 +22,15 @@ from tests.trainer import ROOT, SMALL, losses, run_train
 from torchtitan_ext.guards.checkpoint_guard import check_model_identity
 from torchtitan_ext.guards.checkpoint_identity import tokenizer_fingerprint
 
-COMMON = ["--validation.no-enable", "--lr_scheduler.warmup_steps", "2", "--checkpoint.interval", "2",
-          "--checkpoint.keep_latest_k", "3"]
+COMMON = [
+    "--validation.no-enable",
+    "--lr_scheduler.warmup_steps",
+    "2",
+    "--checkpoint.interval",
+    "2",
+    "--checkpoint.keep_latest_k",
+    "3",
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,8 +53,17 @@ def _preflight(tmp_path: Path, *overrides: str, monkeypatch, dump: Path | None =
 
     monkeypatch.setenv("WORLD_SIZE", "1")
     try:
-        main(["--job.config_file", "train_configs/debug.toml", "--job.dump_folder", str(dump or tmp_path / "out"),
-              "--boost.cache_dir", str(tmp_path.parent / "boost-cache"), *overrides])
+        main(
+            [
+                "--job.config_file",
+                "train_configs/debug.toml",
+                "--job.dump_folder",
+                str(dump or tmp_path / "out"),
+                "--boost.cache_dir",
+                str(tmp_path.parent / "boost-cache"),
+                *overrides,
+            ]
+        )
     except SystemExit as e:
         return str(e.code)
     return None
@@ -58,8 +74,17 @@ def _tokenizer_folder(tmp: Path) -> Path:
     from torchtitan_ext.data.tokenizer import boost_tokenizer_dir
     from torchtitan_ext.preflight import check_job
 
-    return boost_tokenizer_dir(check_job(["--job.config_file", "train_configs/debug.toml", "--boost.cache_dir",
-                                          str(tmp.parent / "boost-cache")], 1))
+    return boost_tokenizer_dir(
+        check_job(
+            [
+                "--job.config_file",
+                "train_configs/debug.toml",
+                "--boost.cache_dir",
+                str(tmp.parent / "boost-cache"),
+            ],
+            1,
+        )
+    )
 
 
 @pytest.mark.slow
@@ -73,7 +98,12 @@ def test_every_checkpoint_records_its_model_and_keep_latest_k_holds(trained):
         assert record["step"] == step and record["boost_version"] == metadata.version("boost-lowrank")
         model = record["model"]
         assert (model["flavor"], model["linear"], model["rank"], model["vocab_size"], model["dim"]) == (
-            "debug", "cola", 64, 2048, 256)
+            "debug",
+            "cola",
+            64,
+            2048,
+            256,
+        )
         assert model["group_linears"] is True and model["rms_norm"] == "exact"
         assert "max_seq_len" not in model and "init_seed" not in model  # not identity
         assert model["tokenizer"] == tokenizer_fingerprint(_tokenizer_folder(tmp))
@@ -86,9 +116,24 @@ def test_resuming_as_svd_from_a_cola_checkpoint_is_refused_without_a_traceback(t
     folder = _copy_run(tmp, tmp_path)
     before = sorted(p.name for p in folder.iterdir())
     env = dict(os.environ, NGPU="1", PYTHON=sys.executable, BOOST_CACHE=str(tmp.parent / "boost-cache"))
-    proc = subprocess.run(["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), "--training.steps", "10",
-                           *SMALL, *COMMON, "--boost.linear", "svd"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            "./run_train.sh",
+            "--job.dump_folder",
+            str(tmp_path / "out"),
+            "--training.steps",
+            "10",
+            *SMALL,
+            *COMMON,
+            "--boost.linear",
+            "svd",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
     assert "Traceback" not in out and out.count("BOOST checkpoint error") == 1, out
@@ -100,17 +145,23 @@ def test_resuming_as_svd_from_a_cola_checkpoint_is_refused_without_a_traceback(t
 
 
 @pytest.mark.slow
-def test_preflight_names_every_differing_field_and_lets_layout_changes_through(trained, tmp_path, monkeypatch):
+def test_preflight_names_every_differing_field_and_lets_layout_changes_through(
+    trained, tmp_path, monkeypatch
+):
     tmp, _ = trained
     _copy_run(tmp, tmp_path)
     flavor = _preflight(tmp_path, "--model.flavor", "60M", monkeypatch=monkeypatch)
-    for line in ("model.flavor                    checkpoint: 'debug'       this job: '60M'",
-                 "dim (from model.flavor)         checkpoint: 256           this job: 512",
-                 "n_layers (from model.flavor)    checkpoint: 4             this job: 8",
-                 "boost.rank / boost.rank_ratio   checkpoint: 64            this job: 128"):
+    for line in (
+        "model.flavor                    checkpoint: 'debug'       this job: '60M'",
+        "dim (from model.flavor)         checkpoint: 256           this job: 512",
+        "n_layers (from model.flavor)    checkpoint: 4             this job: 8",
+        "boost.rank / boost.rank_ratio   checkpoint: 64            this job: 128",
+    ):
         assert line in flavor, flavor
     assert "boost.linear" not in flavor  # only what differs
-    assert "checkpoint: 64            this job: 32" in _preflight(tmp_path, "--boost.rank", "32", monkeypatch=monkeypatch)
+    assert "checkpoint: 64            this job: 32" in _preflight(
+        tmp_path, "--boost.rank", "32", monkeypatch=monkeypatch
+    )
     ungrouped = _preflight(tmp_path, "--boost.no-group-linears", monkeypatch=monkeypatch)
     assert "boost.group_linears" in ungrouped and "checkpoint: True" in ungrouped
     vocab = _preflight(tmp_path, "--boost.tokenizer_vocab_size", "1024", monkeypatch=monkeypatch)
@@ -121,16 +172,36 @@ def test_preflight_names_every_differing_field_and_lets_layout_changes_through(t
     from torchtitan_ext.guards.checkpoint_guard import check_resume
     from torchtitan_ext.preflight import check_job
 
-    check_resume(check_job(["--job.config_file", "train_configs/debug.toml", "--job.dump_folder",
-                            str(tmp_path / "out"), "--boost.cache_dir", str(tmp_path.parent / "boost-cache"),
-                            "--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree",
-                            "2"], 4))
+    check_resume(
+        check_job(
+            [
+                "--job.config_file",
+                "train_configs/debug.toml",
+                "--job.dump_folder",
+                str(tmp_path / "out"),
+                "--boost.cache_dir",
+                str(tmp_path.parent / "boost-cache"),
+                "--parallelism.tensor_parallel_degree",
+                "2",
+                "--parallelism.data_parallel_shard_degree",
+                "2",
+            ],
+            4,
+        )
+    )
     missing = _preflight(tmp_path, "--checkpoint.load_step", "7", monkeypatch=monkeypatch)
     assert "checkpoint.load_step = 7: there is no checkpoint step-7" in missing
     assert "the steps saved there are [4, 6, 8]" in missing
     # a copied step folder carries its identity: a fresh run that starts from it is checked too
-    seeded = _preflight(tmp_path, "--checkpoint.initial_load_path", str(tmp_path / "out" / "checkpoint" / "step-8"),
-                        "--boost.linear", "lax", monkeypatch=monkeypatch, dump=tmp_path / "fresh")
+    seeded = _preflight(
+        tmp_path,
+        "--checkpoint.initial_load_path",
+        str(tmp_path / "out" / "checkpoint" / "step-8"),
+        "--boost.linear",
+        "lax",
+        monkeypatch=monkeypatch,
+        dump=tmp_path / "fresh",
+    )
     assert "step-8 holds another model" in seeded and "checkpoint: 'cola'        this job: 'lax'" in seeded
     # a damaged record is not taken for "no record": refused, naming the file
     (tmp_path / "out" / "checkpoint" / "step-8" / "boost_model.json").write_text("{truncated")
@@ -139,7 +210,9 @@ def test_preflight_names_every_differing_field_and_lets_layout_changes_through(t
 
 
 @pytest.mark.slow
-def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_warns(trained, tmp_path, monkeypatch):
+def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_warns(
+    trained, tmp_path, monkeypatch
+):
     tmp, _ = trained
     folder = _copy_run(tmp, tmp_path)
     # The run's tokenizer with two ids swapped: the same 2048 tokens, other ids for two of them.
@@ -154,7 +227,9 @@ def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_war
     assert f"{folder / 'step-8'} holds another model" in refused, refused
     assert f"tokenizer (its files)  checkpoint: {tokenizer_fingerprint(_tokenizer_folder(tmp))!r}" in refused
     assert f"this job: {tokenizer_fingerprint(swapped)!r}" in refused
-    assert "vocab_size (the tokenizer)" not in refused  # the size is the same: the fingerprint alone tells them apart
+    assert (
+        "vocab_size (the tokenizer)" not in refused
+    )  # the size is the same: the fingerprint alone tells them apart
     assert "use the tokenizer the checkpoint was trained with" in refused
     # The same tokenizer from another folder (copied bytes) is the same tokenizer.
     same = tmp_path / "same_tokenizer"
@@ -168,10 +243,21 @@ def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_war
     assert _preflight(tmp_path, "--model.hf_assets_path", str(swapped), monkeypatch=monkeypatch) is None
     from torchtitan_ext.preflight import check_job
 
-    job = check_job(["--job.config_file", "train_configs/debug.toml", "--job.dump_folder", str(tmp_path / "out"),
-                     "--boost.cache_dir", str(tmp.parent / "boost-cache")], 1)
+    job = check_job(
+        [
+            "--job.config_file",
+            "train_configs/debug.toml",
+            "--job.dump_folder",
+            str(tmp_path / "out"),
+            "--boost.cache_dir",
+            str(tmp.parent / "boost-cache"),
+        ],
+        1,
+    )
     warning = check_model_identity(folder / "step-8", job)
-    assert warning.startswith(f"{folder / 'step-8'} records no tokenizer (written before BOOST recorded it)"), warning
+    assert warning.startswith(
+        f"{folder / 'step-8'} records no tokenizer (written before BOOST recorded it)"
+    ), warning
 
 
 @pytest.mark.slow
@@ -193,8 +279,19 @@ def test_resume_ignores_backups_accepts_old_checkpoints_and_keeps_latest_k(train
 
 def _trainer(out: Path, *overrides: str) -> list[str]:
     """One trainer process, as torchrun starts each rank (no run_train.sh preflight)."""
-    return [sys.executable, "-m", "torchtitan_ext.train", "--job.config_file", "train_configs/debug.toml",
-            "--job.dump_folder", str(out), *SMALL, "--validation.no-enable", "--checkpoint.no-enable", *overrides]
+    return [
+        sys.executable,
+        "-m",
+        "torchtitan_ext.train",
+        "--job.config_file",
+        "train_configs/debug.toml",
+        "--job.dump_folder",
+        str(out),
+        *SMALL,
+        "--validation.no-enable",
+        "--checkpoint.no-enable",
+        *overrides,
+    ]
 
 
 @pytest.mark.slow
@@ -202,21 +299,42 @@ def test_a_second_trainer_on_a_held_run_folder_refuses_naming_the_holder(tmp_pat
     from torchtitan_ext.guards.run_lock import LOCK_FILE, RunFolderInUse, check_run_folder_free
 
     out = tmp_path / "out"
-    env = dict(os.environ, BOOST_CACHE=str(tmp_path.parent / "boost-cache"), RANK="0", LOCAL_RANK="0",
-               WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="0", OMP_NUM_THREADS="1")
-    first = subprocess.Popen(_trainer(out, "--training.steps", "100000"), cwd=ROOT, env=env,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = dict(
+        os.environ,
+        BOOST_CACHE=str(tmp_path.parent / "boost-cache"),
+        RANK="0",
+        LOCAL_RANK="0",
+        WORLD_SIZE="1",
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT="0",
+        OMP_NUM_THREADS="1",
+    )
+    first = subprocess.Popen(
+        _trainer(out, "--training.steps", "100000"),
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.time() + 120
         while not (out / LOCK_FILE).is_file() or not (out / LOCK_FILE).read_text().startswith("pid "):
             assert first.poll() is None and time.time() < deadline, "the first trainer never took the lock"
             time.sleep(0.2)
         assert (out / LOCK_FILE).read_text().split()[1] == str(first.pid)
-        os.kill(first.pid, signal.SIGSTOP)  # frozen, it still holds the lock, and leaves the cores to the second
+        os.kill(
+            first.pid, signal.SIGSTOP
+        )  # frozen, it still holds the lock, and leaves the cores to the second
         with pytest.raises(RunFolderInUse, match=f"in use by another trainer \\(pid {first.pid} on "):
             check_run_folder_free(out)  # run_train.sh's preflight
-        second = subprocess.run(_trainer(out, "--training.steps", "5"), cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=300)
+        second = subprocess.run(
+            _trainer(out, "--training.steps", "5"),
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert second.returncode == 2, second.stderr[-3000:]
         assert f"is in use by another trainer (pid {first.pid} on" in second.stderr
         assert "Traceback" not in second.stderr
@@ -230,5 +348,6 @@ def test_a_second_trainer_on_a_held_run_folder_refuses_naming_the_holder(tmp_pat
 def test_checkpoint_folder_rule():
     from boost.checkpoint_folder import checkpoint_step
 
-    assert [checkpoint_step(n) for n in ("step-0", "step-12", "keep-step-500", "step-007", "step-5.bak", "step-")] \
-        == [0, 12, None, None, None, None]
+    assert [
+        checkpoint_step(n) for n in ("step-0", "step-12", "keep-step-500", "step-007", "step-5.bak", "step-")
+    ] == [0, 12, None, None, None, None]

@@ -29,8 +29,9 @@ CASES = [
 @pytest.mark.slow
 @pytest.mark.parametrize("flavor,world_size,extra,layout", CASES, ids=[f"{c[0]}-{c[1]}" for c in CASES])
 def test_cola_dry_runs_at_real_world_size(flavor, world_size, extra, layout):
-    run = dry_run(flavor, "cola", world_size, steps=1, seq_len=16, extra=["--compile.no-enable", *extra],
-                  timeout=600)
+    run = dry_run(
+        flavor, "cola", world_size, steps=1, seq_len=16, extra=["--compile.no-enable", *extra], timeout=600
+    )
     assert run.layout.startswith(layout), run.layout
     # local batch: one micro-batch per stage (1 without PP) on each of the data-parallel ranks
     assert run.global_batch == run.dp * run.pp

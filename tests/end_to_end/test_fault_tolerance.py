@@ -84,10 +84,24 @@ def test_checkpoint_items_outside_the_weights_only_allowlist_are_refused(tmp_pat
 @pytest.mark.slow
 def test_non_finite_loss_stops_with_the_step_and_keeps_good_checkpoints(tmp_path):
     env = dict(os.environ, NGPU="1", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
-    cmd = ["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), "--training.steps", "30", *SMALL,
-           "--validation.no-enable", "--checkpoint.interval", "1", "--optimizer.lr", "1e30",
-           "--lr_scheduler.warmup_steps", "1", "--training.max_norm", "1e30",
-           "--boost.no-log-comm"]  # the guard stands with the comm metrics off too
+    cmd = [
+        "./run_train.sh",
+        "--job.dump_folder",
+        str(tmp_path / "out"),
+        "--training.steps",
+        "30",
+        *SMALL,
+        "--validation.no-enable",
+        "--checkpoint.interval",
+        "1",
+        "--optimizer.lr",
+        "1e30",
+        "--lr_scheduler.warmup_steps",
+        "1",
+        "--training.max_norm",
+        "1e30",
+        "--boost.no-log-comm",
+    ]  # the guard stands with the comm metrics off too
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
@@ -123,14 +137,27 @@ def test_sigkill_mid_run_at_tp2_resumes_at_one_process_onto_the_same_curve(tmp_p
     # bigger steps than the other tests: the kill must land while the run is still going
     big = ["--training.seq_len", "256", "--training.local_batch_size", "8"]
     tp = ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1", *big]
-    straight = losses(run_train(tmp_path, *COMMON, *tp, "--checkpoint.no-enable", ngpu=2, steps=20, folder="straight"))
+    straight = losses(
+        run_train(tmp_path, *COMMON, *tp, "--checkpoint.no-enable", ngpu=2, steps=20, folder="straight")
+    )
 
     env = dict(os.environ, NGPU="2", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
     out = tmp_path / "killed"
-    cmd = ["./run_train.sh", "--job.dump_folder", str(out), "--training.steps", "20", *SMALL, *COMMON, *tp,
-           "--checkpoint.interval", "5"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    cmd = [
+        "./run_train.sh",
+        "--job.dump_folder",
+        str(out),
+        "--training.steps",
+        "20",
+        *SMALL,
+        *COMMON,
+        *tp,
+        "--checkpoint.interval",
+        "5",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
     deadline = time.time() + 300
     while not (out / "checkpoint" / "step-5" / ".metadata").exists():
         assert proc.poll() is None and time.time() < deadline, "run ended before its step-5 checkpoint"

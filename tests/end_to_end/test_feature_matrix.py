@@ -12,8 +12,14 @@ from tests.feature_matrix import LAYOUTS, MODELS, REFERENCES, REFUSED, SUPPORTED
 from tests.trainer import ROOT, losses, run_train
 
 STEPS = 6
-COMMON = ["--checkpoint.no-enable", "--validation.no-enable", "--lr_scheduler.warmup_steps", "2",
-          "--debug.seed", "0"]
+COMMON = [
+    "--checkpoint.no-enable",
+    "--validation.no-enable",
+    "--lr_scheduler.warmup_steps",
+    "2",
+    "--debug.seed",
+    "0",
+]
 # fp32 on CPU: the layouts reorder sums (all-reduces, sharded GEMMs), so runs agree to rounding,
 # compounded over a few AdamW steps; a wrong gradient moves the loss by far more (≥1e-2).
 RTOL = 2e-5
@@ -32,8 +38,9 @@ def reference_losses(tmp_path_factory):
         if (scheme, reference) not in cache:
             ngpu, layout = REFERENCES[reference]
             folder = tmp_path_factory.mktemp(f"ref-{scheme}-{reference}")
-            cache[scheme, reference] = losses(run_train(folder, *COMMON, *MODELS[scheme], *layout, ngpu=ngpu,
-                                                        steps=STEPS))
+            cache[scheme, reference] = losses(
+                run_train(folder, *COMMON, *MODELS[scheme], *layout, ngpu=ngpu, steps=STEPS)
+            )
         return cache[scheme, reference]
 
     return get
@@ -44,8 +51,14 @@ def reference_losses(tmp_path_factory):
 def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_path: Path):
     ngpu = LAYOUTS[row.layout][0]
     # the loss lives on the last pipeline stage: ranks 2 and 3 of pp=2 × tp=2
-    log = run_train(tmp_path, *COMMON, *row.overrides(), ngpu=ngpu, steps=STEPS,
-                    log_rank=2 if row.layout == "pp×tp" else 0)
+    log = run_train(
+        tmp_path,
+        *COMMON,
+        *row.overrides(),
+        ngpu=ngpu,
+        steps=STEPS,
+        log_rank=2 if row.layout == "pp×tp" else 0,
+    )
     assert f"Applied {row.scheme} tensor parallelism (degree 2" in log
     if row.compiled:
         assert "Compiling each TransformerBlock with torch.compile" in log
@@ -67,14 +80,18 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_pat
     assert got.keys() == want.keys() == set(range(1, STEPS + 1)), (got, want)
     rtol = RTOL if row.precision == "float32" else BF16_RTOL
     for step in want:
-        assert abs(got[step] - want[step]) <= rtol * abs(want[step]), f"step {step}: {got[step]} vs {want[step]}"
+        assert abs(got[step] - want[step]) <= rtol * abs(want[step]), (
+            f"step {step}: {got[step]} vs {want[step]}"
+        )
     if row.precision != "float32":
         # it really computed in bf16: farther from the fp32 curve than fp32 layouts ever are
         assert any(abs(got[s] - want[s]) > RTOL * abs(want[s]) for s in want), (got, want)
         assert "BOOST computes in bfloat16 (FSDP2" in log
 
 
-@pytest.mark.parametrize("ngpu,overrides,field", REFUSED, ids=lambda v: " ".join(v) if isinstance(v, tuple) else None)
+@pytest.mark.parametrize(
+    "ngpu,overrides,field", REFUSED, ids=lambda v: " ".join(v) if isinstance(v, tuple) else None
+)
 def test_refused_row_is_refused_before_any_process(ngpu, overrides, field):
     from torchtitan_ext.preflight import ConfigError, check_job
 
@@ -88,7 +105,11 @@ def _assert_tensorboard_has_comm_metrics(tb: Path) -> None:
 
     acc = EventAccumulator(str(next(tb.rglob("events.out.tfevents.*")).parent))
     acc.Reload()
-    assert {"loss_metrics/global_avg_loss", "throughput(tps)", "mfu(%)", "boost/comm_bytes/all_reduce"} <= set(
-        acc.Tags()["scalars"])
+    assert {
+        "loss_metrics/global_avg_loss",
+        "throughput(tps)",
+        "mfu(%)",
+        "boost/comm_bytes/all_reduce",
+    } <= set(acc.Tags()["scalars"])
     comm = acc.Scalars("boost/comm_bytes_per_step")
     assert comm and comm[-1].value > 0

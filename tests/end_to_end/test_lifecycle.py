@@ -21,10 +21,20 @@ def _start(tmp_path: Path, folder: str, *overrides: str) -> tuple[subprocess.Pop
     """``run_train.sh`` at NGPU=2 in a session of its own (a terminal's job); console to a file."""
     env = dict(os.environ, NGPU="2", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
     console = tmp_path / f"{folder}.console"
-    cmd = ["./run_train.sh", "--job.dump_folder", str(tmp_path / folder), "--training.steps", str(STEPS), *SMALL,
-           *COMMON, *overrides]
+    cmd = [
+        "./run_train.sh",
+        "--job.dump_folder",
+        str(tmp_path / folder),
+        "--training.steps",
+        str(STEPS),
+        *SMALL,
+        *COMMON,
+        *overrides,
+    ]
     with open(console, "w") as f:
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
+        )
     return proc, console
 
 
@@ -45,6 +55,7 @@ def _alive(pids: list[int]) -> list[int]:
             return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
         except OSError:
             return False
+
     return [p for p in pids if running(p)]
 
 
@@ -87,7 +98,9 @@ def _stopped_then_resumed(tmp_path, send, check_every: int = 2) -> tuple[int, st
     assert 3 < stopped < STEPS and stopped % check_every == 0 and stopped % 3, text[-3000:]
     assert took < 30, took
 
-    straight = losses(run_train(tmp_path, *COMMON, "--checkpoint.no-enable", ngpu=2, steps=STEPS, folder="straight"))
+    straight = losses(
+        run_train(tmp_path, *COMMON, "--checkpoint.no-enable", ngpu=2, steps=STEPS, folder="straight")
+    )
     resumed = losses(run_train(tmp_path, *COMMON, *opts, ngpu=2, steps=STEPS, folder="stopped"))
     assert min(resumed) == stopped + 1
     # same layout, same seed, same data position: the resumed steps are the uninterrupted ones
@@ -111,13 +124,17 @@ def test_sigterm_to_every_process_saves_and_resumes_on_the_same_curve(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_stops_cleanly_and_a_second_one_at_once(tmp_path):
-    rc, text, stopped = _stopped_then_resumed(tmp_path, lambda launcher, ranks: os.killpg(launcher, signal.SIGINT))
+    rc, text, stopped = _stopped_then_resumed(
+        tmp_path, lambda launcher, ranks: os.killpg(launcher, signal.SIGINT)
+    )
     assert rc == 128 + signal.SIGINT
     assert f"BOOST: stopped by SIGINT after step {stopped}: checkpoint" in text
     assert "Traceback" not in text, text[-3000:]
 
     # a stop that cannot reach its boundary (agreement every 1000 steps): the second Ctrl-C ends it
-    proc, console = _start(tmp_path, "twice", "--checkpoint.interval", "2", "--boost.stop_check_every", "1000")
+    proc, console = _start(
+        tmp_path, "twice", "--checkpoint.interval", "2", "--boost.stop_check_every", "1000"
+    )
     _wait_for_step(proc, tmp_path / "twice", 2)
     ranks = _descendants(proc.pid)
     os.killpg(proc.pid, signal.SIGINT)

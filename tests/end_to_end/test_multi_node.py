@@ -17,9 +17,20 @@ from tests.trainer import losses, run_train
 
 ROOT = Path(__file__).resolve().parents[2]
 # tp=2 over a node's 2 processes (torchtitan's mesh puts TP innermost: ranks 2k, 2k+1), FSDP over the nodes
-LAYOUT = ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "2",
-          "--checkpoint.no-enable", "--validation.no-enable", "--training.seq_len", "64",
-          "--training.local_batch_size", "4", "--metrics.log_freq", "1"]
+LAYOUT = [
+    "--parallelism.tensor_parallel_degree",
+    "2",
+    "--parallelism.data_parallel_shard_degree",
+    "2",
+    "--checkpoint.no-enable",
+    "--validation.no-enable",
+    "--training.seq_len",
+    "64",
+    "--training.local_batch_size",
+    "4",
+    "--metrics.log_freq",
+    "1",
+]
 STEPS = 4
 
 
@@ -28,9 +39,13 @@ def readme_multi_node_command(nodes: int, per_node: int, endpoint: str, config: 
     text = (ROOT / "README.md").read_text()
     template = re.search(r"`(torchrun --nnodes N [^`]*)`", text)
     assert template, "README.md lost its multi-node torchrun command"
-    command = (template.group(1).replace("--nnodes N", f"--nnodes {nodes}")
-               .replace("--nproc_per_node 8", f"--nproc_per_node {per_node}").replace("HOST:PORT", endpoint)
-               .replace("X.toml", config))
+    command = (
+        template.group(1)
+        .replace("--nnodes N", f"--nnodes {nodes}")
+        .replace("--nproc_per_node 8", f"--nproc_per_node {per_node}")
+        .replace("HOST:PORT", endpoint)
+        .replace("X.toml", config)
+    )
     assert "N" not in command.split() and "HOST:PORT" not in command, command
     return shlex.split(command)
 
@@ -47,8 +62,17 @@ def test_two_torchrun_nodes_match_one_launcher(tmp_path):
     command[0] = str(Path(sys.executable).parent / "torchrun")  # the venv's torchrun
     overrides = [*LAYOUT, "--training.steps", str(STEPS), "--job.dump_folder", str(tmp_path / "nodes")]
     env = dict(os.environ, OMP_NUM_THREADS="1", BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
-    nodes = [subprocess.Popen([*command, *overrides], cwd=ROOT, env=env, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+    nodes = [
+        subprocess.Popen(
+            [*command, *overrides],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     logs = [node.communicate(timeout=600)[0] for node in nodes]
     for node, log in zip(nodes, logs):
         assert node.returncode == 0, log[-4000:]

@@ -18,14 +18,42 @@ STEPS = 3
 
 @pytest.mark.slow
 def test_node_script_under_slurm_variables_trains_two_nodes(tmp_path):
-    env = dict(os.environ, SLURM_JOB_NUM_NODES="2", SLURM_JOB_NODELIST="localhost", SLURM_JOB_ID="4242",
-               NGPU="1", RDZV_PORT=str(_free_port()), PYTHON=sys.executable, OMP_NUM_THREADS="1",
-               BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
-    overrides = ["--training.steps", str(STEPS), "--job.dump_folder", str(tmp_path / "out"), "--checkpoint.no-enable",
-                 "--validation.no-enable", "--training.seq_len", "64", "--training.local_batch_size", "4",
-                 "--metrics.log_freq", "1"]
-    nodes = [subprocess.Popen(["bash", "scripts/node_train.sh", *overrides], cwd=ROOT, env=env, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT) for _ in range(2)]
+    env = dict(
+        os.environ,
+        SLURM_JOB_NUM_NODES="2",
+        SLURM_JOB_NODELIST="localhost",
+        SLURM_JOB_ID="4242",
+        NGPU="1",
+        RDZV_PORT=str(_free_port()),
+        PYTHON=sys.executable,
+        OMP_NUM_THREADS="1",
+        BOOST_CACHE=str(tmp_path.parent / "boost-cache"),
+    )
+    overrides = [
+        "--training.steps",
+        str(STEPS),
+        "--job.dump_folder",
+        str(tmp_path / "out"),
+        "--checkpoint.no-enable",
+        "--validation.no-enable",
+        "--training.seq_len",
+        "64",
+        "--training.local_batch_size",
+        "4",
+        "--metrics.log_freq",
+        "1",
+    ]
+    nodes = [
+        subprocess.Popen(
+            ["bash", "scripts/node_train.sh", *overrides],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(2)
+    ]
     logs = [node.communicate(timeout=300)[0] for node in nodes]
     for node, log in zip(nodes, logs):
         assert node.returncode == 0, log[-4000:]
@@ -36,8 +64,9 @@ def test_first_host_of_a_slurm_nodelist():
     def first(nodelist):
         script = (ROOT / "scripts/node_train.sh").read_text()
         fn = re.search(r"first_host\(\) \{.*?\n\}\n", script, re.S).group(0)
-        return subprocess.run(["bash", "-c", f"{fn}first_host '{nodelist}'"], capture_output=True,
-                              text=True, check=True).stdout.strip()
+        return subprocess.run(
+            ["bash", "-c", f"{fn}first_host '{nodelist}'"], capture_output=True, text=True, check=True
+        ).stdout.strip()
 
     assert first("localhost") == "localhost"
     assert first("node1,node2") == "node1"

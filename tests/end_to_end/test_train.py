@@ -14,8 +14,15 @@ from tests.trainer import losses, run_train
 @pytest.mark.slow
 def test_default_job_trains_writes_and_resumes_onto_the_same_curve(tmp_path):
     # one schedule for the 20-step run and the 10-step run resumed to 20 (else the cosine differs)
-    common = ["--validation.no-enable", "--lr_scheduler.total_steps", "20", "--lr_scheduler.warmup_steps", "5",
-              "--checkpoint.interval", "10"]
+    common = [
+        "--validation.no-enable",
+        "--lr_scheduler.total_steps",
+        "20",
+        "--lr_scheduler.warmup_steps",
+        "5",
+        "--checkpoint.interval",
+        "10",
+    ]
     log = run_train(tmp_path, *common, steps=20, folder="straight")
     straight = losses(log)
     assert straight[20] < straight[1] - 1.0, straight  # loss falls clearly
@@ -53,13 +60,26 @@ def test_one_process_checkpoint_resumes_as_fsdp_and_fsdp_times_tp_on_one_curve(t
     one = losses(run_train(tmp_path, *common, steps=6, folder="one"))
     for folder in ("a", "b"):
         shutil.copytree(tmp_path / "one" / "checkpoint", tmp_path / folder / "checkpoint")
-    fsdp_log = run_train(tmp_path, *common, "--parallelism.data_parallel_shard_degree", "2", ngpu=2, steps=9,
-                         folder="a")
-    fsdp_tp = run_train(tmp_path, *common, "--parallelism.data_parallel_shard_degree", "2",
-                        "--parallelism.tensor_parallel_degree", "2", ngpu=4, steps=9, folder="b")
+    fsdp_log = run_train(
+        tmp_path, *common, "--parallelism.data_parallel_shard_degree", "2", ngpu=2, steps=9, folder="a"
+    )
+    fsdp_tp = run_train(
+        tmp_path,
+        *common,
+        "--parallelism.data_parallel_shard_degree",
+        "2",
+        "--parallelism.tensor_parallel_degree",
+        "2",
+        ngpu=4,
+        steps=9,
+        folder="b",
+    )
     assert "Applied FSDP to the model" in fsdp_tp and "Applied btp tensor parallelism" in fsdp_tp
     for log in (fsdp_log, fsdp_tp):
-        assert "Training starts at step 7" in log and "data-parallel degree changed from 1 (checkpoint) to 2" in log
+        assert (
+            "Training starts at step 7" in log
+            and "data-parallel degree changed from 1 (checkpoint) to 2" in log
+        )
     fsdp = losses(fsdp_log)
     _close(losses(fsdp_tp), fsdp, 1e-5)
     assert fsdp[7] < one[1] - 0.5, (one, fsdp)  # the trained weights, not a fresh model
@@ -68,11 +88,28 @@ def test_one_process_checkpoint_resumes_as_fsdp_and_fsdp_times_tp_on_one_curve(t
 @pytest.mark.slow
 def test_compile_and_profile_workflow_writes_traces(tmp_path):
     # the README's workflow 3, at TP=2 with BTP; aot_eager keeps the compile cheap on CPU
-    log = run_train(tmp_path, "--checkpoint.no-enable", "--validation.no-enable", "--compile.enable",
-                    "--compile.backend", "aot_eager", "--profiling.enable_profiling", "--profiling.profile_freq", "4",
-                    "--profiling.profiler_warmup", "1", "--profiling.profiler_active", "1",
-                    "--profiling.enable_memory_snapshot", "--parallelism.tensor_parallel_degree", "2",
-                    "--parallelism.data_parallel_shard_degree", "1", ngpu=2, steps=4)
+    log = run_train(
+        tmp_path,
+        "--checkpoint.no-enable",
+        "--validation.no-enable",
+        "--compile.enable",
+        "--compile.backend",
+        "aot_eager",
+        "--profiling.enable_profiling",
+        "--profiling.profile_freq",
+        "4",
+        "--profiling.profiler_warmup",
+        "1",
+        "--profiling.profiler_active",
+        "1",
+        "--profiling.enable_memory_snapshot",
+        "--parallelism.tensor_parallel_degree",
+        "2",
+        "--parallelism.data_parallel_shard_degree",
+        "1",
+        ngpu=2,
+        steps=4,
+    )
     assert "Compiling each TransformerBlock with torch.compile" in log
     # step 1 is counted eagerly, the compiled steps after it report the same numbers
     assert re.search(r"comm/step: .*all_reduce \d+×", log), log[-3000:]

@@ -27,7 +27,13 @@ def _c10d_body(rank: int, ws: int) -> None:
         dist.all_reduce(x)
     assert dict(c.counts) == {"all_reduce": 1} and c.bytes["all_reduce"] == _nbytes(x.shape)
     (r,) = c.records
-    assert (r.shape, r.dtype, r.group_size, r.backward, r.op) == ((3, 5), torch.float32, ws, False, "c10d.allreduce_")
+    assert (r.shape, r.dtype, r.group_size, r.backward, r.op) == (
+        (3, 5),
+        torch.float32,
+        ws,
+        False,
+        "c10d.allreduce_",
+    )
     assert c.summary() == f"all_reduce 1× {_nbytes(x.shape)} B"
 
     c.reset()
@@ -38,7 +44,13 @@ def _c10d_body(rank: int, ws: int) -> None:
         dist.reduce_scatter_tensor(torch.empty_like(x), torch.randn(full))
         dist.all_to_all_single(torch.empty(full), torch.randn(full))
         dist.broadcast(x, src=0)
-    assert dict(c.counts) == {"all_reduce": 1, "all_gather": 2, "reduce_scatter": 1, "all_to_all": 1, "broadcast": 1}
+    assert dict(c.counts) == {
+        "all_reduce": 1,
+        "all_gather": 2,
+        "reduce_scatter": 1,
+        "all_to_all": 1,
+        "broadcast": 1,
+    }
     assert c.bytes["all_reduce"] == _nbytes(x.shape, torch.float64)
     assert c.bytes["all_gather"] == 2 * _nbytes(full) and c.elements["all_gather"] == 2 * ws * x.numel()
     # gloo runs the reduce-scatter as all-reduce + chunk inside the op: still one reduce_scatter
@@ -135,7 +147,9 @@ def _dtensor_body(rank: int, ws: int) -> None:
     with CommCounter() as c:
         sharded = distribute_tensor(g, mesh, [Shard(0)])  # scattered from rank 0
         distribute_tensor(g, mesh, [Replicate()])  # broadcast from rank 0
-    assert dict(c.counts) == {"scatter": 1, "broadcast": 1} and c.records[0].shape == c.records[1].shape == shape
+    assert (
+        dict(c.counts) == {"scatter": 1, "broadcast": 1} and c.records[0].shape == c.records[1].shape == shape
+    )
 
     c.reset()
     with c:
@@ -218,7 +232,11 @@ def _subgroups_body(rank: int, ws: int) -> None:
         dist.all_reduce(torch.ones(2))
         dist.all_reduce(torch.ones(2), group=pairs[rank // 2])
         d.redistribute(mesh, [Shard(0), Replicate()])  # gathers over tp only
-    assert [(r.kind, r.group_size) for r in c.records] == [("all_reduce", ws), ("all_reduce", 2), ("all_gather", 2)]
+    assert [(r.kind, r.group_size) for r in c.records] == [
+        ("all_reduce", ws),
+        ("all_reduce", 2),
+        ("all_gather", 2),
+    ]
     # this dp row's full tensor, gathered over tp: half of g; a Shard(1) gather runs on dim 0 then
     # rearranges, so the gathered buffer has g's elements, not g's row shape
     assert c.records[2].elements == g.numel() // 2 and c.records[2].bytes == _nbytes(shape) // 2
@@ -236,7 +254,10 @@ def _nccl_rules_body(rank: int, ws: int) -> None:
     with CommCounter(), pytest.raises(NcclRuleError, match="non-contiguous"):
         dist.all_reduce(torch.ones(4, 6).t())
     # a CPU tensor in a collective beside a model on the GPU (NCCL takes device tensors only)
-    with CommCounter(device="cuda"), pytest.raises(NcclRuleError, match="a cpu tensor where the model lives on cuda"):
+    with (
+        CommCounter(device="cuda"),
+        pytest.raises(NcclRuleError, match="a cpu tensor where the model lives on cuda"),
+    ):
         dist.all_reduce(torch.ones(3))
     # what NCCL accepts passes: one dtype (the online norm's [H | M] in bf16), contiguous, one device
     with CommCounter(device="cpu") as c:

@@ -11,8 +11,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import loss_parallel
 
 from boost import ModelArgs, Transformer
-from boost.comm_volume import per_layer, total
 from boost.comm_counter import CommCounter
+from boost.comm_volume import per_layer, total
 from boost.parallel import apply_tp
 from tests.distributed import run_distributed
 
@@ -51,7 +51,9 @@ def _per_layer_body(rank: int, world_size: int) -> None:
             a, b = two.direction(backward), one.direction(backward)
             measured = {k: (a[k][0] - b.get(k, (0, 0))[0], a[k][1] - b.get(k, (0, 0))[1]) for k in a}
             measured = {k: v for k, v in measured.items() if v != (0, 0)}
-            assert measured == expected[direction], f"{tag} {direction}: counted {measured}, formula {expected[direction]}"
+            assert measured == expected[direction], (
+                f"{tag} {direction}: counted {measured}, formula {expected[direction]}"
+            )
         # every payload is float32 here: bytes are 4 per element
         assert two.total_bytes() == 4 * sum(r.elements for r in two.records)
 
@@ -70,13 +72,15 @@ def test_collectives_per_layer_match_the_formulas(world_size):
 
 
 def _counter_paths_body(rank: int, world_size: int) -> None:
-    from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor, DTensor
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
     mesh = init_device_mesh("cpu", (world_size,))
     x = torch.randn(4 * world_size, 6)
     with CommCounter() as comm:
         dist.all_reduce(x.clone())  # c10d
-        distribute_tensor(x, mesh, [Shard(0)], src_data_rank=None).redistribute(mesh, [Replicate()])  # DTensor all-gather
+        distribute_tensor(x, mesh, [Shard(0)], src_data_rank=None).redistribute(
+            mesh, [Replicate()]
+        )  # DTensor all-gather
         DTensor.from_local(x, mesh, [Partial()]).redistribute(mesh, [Replicate()])  # DTensor all-reduce
     assert comm.counts == {"all_reduce": 2, "all_gather": 1}
     assert comm.bytes["all_reduce"] == 2 * x.numel() * 4

@@ -20,8 +20,12 @@ from tests.distributed import run_distributed
 
 VOCAB, SEQ = 256, 32
 _c10d = torch.ops._c10d_functional
-COLLECTIVES = {_c10d.all_reduce.default, _c10d.all_reduce_coalesced.default, _c10d.all_gather_into_tensor.default,
-               _c10d.reduce_scatter_tensor.default}
+COLLECTIVES = {
+    _c10d.all_reduce.default,
+    _c10d.all_reduce_coalesced.default,
+    _c10d.all_gather_into_tensor.default,
+    _c10d.reduce_scatter_tensor.default,
+}
 
 
 class CountingBackend:
@@ -34,8 +38,9 @@ class CountingBackend:
 
     def _compiler(self, direction: str):
         def compile_graph(gm: torch.fx.GraphModule, example_inputs):
-            self.collectives[direction] += sum(n.op == "call_function" and n.target in COLLECTIVES
-                                               for n in gm.graph.nodes)
+            self.collectives[direction] += sum(
+                n.op == "call_function" and n.target in COLLECTIVES for n in gm.graph.nodes
+            )
             return gm.forward
 
         return compile_graph
@@ -46,8 +51,9 @@ class CountingBackend:
 
         self.frames += 1
         extra = {"partition_fn": min_cut_rematerialization_partition} if self.min_cut else {}
-        return aot_autograd(fw_compiler=self._compiler("forward"), bw_compiler=self._compiler("backward"),
-                            **extra)(gm, example_inputs)
+        return aot_autograd(
+            fw_compiler=self._compiler("forward"), bw_compiler=self._compiler("backward"), **extra
+        )(gm, example_inputs)
 
 
 def _build(args: ModelArgs, mesh, scheme: str, ac: str = "none", backend=None):
@@ -82,15 +88,21 @@ def _close(got: list[float], want: list[float], what: str) -> None:
         assert abs(a - b) <= 1e-5 * abs(b), f"{what}, step {step}: {a} vs {b}"
 
 
-SCHEMES = [("btp", "cola", True), ("btp", "lax", True), ("vanilla", "cola", False), ("megatron", "full", False)]
+SCHEMES = [
+    ("btp", "cola", True),
+    ("btp", "lax", True),
+    ("vanilla", "cola", False),
+    ("megatron", "full", False),
+]
 
 
 def _one_graph_body(rank: int, world_size: int) -> None:
     mesh = init_device_mesh("cpu", (world_size,))
     for scheme, kind, grouped in SCHEMES:
         # 10 blocks: beyond dynamo's recompile limit (8), so a per-block recompile would fail fullgraph
-        args = ModelArgs.from_flavor("debug", linear=kind, vocab_size=VOCAB, n_layers=10, max_seq_len=SEQ,
-                                      group_linears=grouped)
+        args = ModelArgs.from_flavor(
+            "debug", linear=kind, vocab_size=VOCAB, n_layers=10, max_seq_len=SEQ, group_linears=grouped
+        )
         torch._dynamo.reset()
         backend = CountingBackend()
         compiled, _ = _train(_build(args, mesh, scheme, backend=backend), steps=3)

@@ -99,8 +99,13 @@ def _placement_body(rank: int, world_size: int) -> None:
         torch.testing.assert_close(loss, ref_loss.detach(), rtol=1e-12, atol=0)
         loss.backward()
         for name, p in model.named_parameters():
-            torch.testing.assert_close(p.grad.full_tensor(), copies * ref_params[name].grad, rtol=1e-10, atol=1e-14,
-                                       msg=lambda m, name=name: f"{tag}: {name} grad: {m}")
+            torch.testing.assert_close(
+                p.grad.full_tensor(),
+                copies * ref_params[name].grad,
+                rtol=1e-10,
+                atol=1e-14,
+                msg=lambda m, name=name, tag=tag: f"{tag}: {name} grad: {m}",
+            )
 
     # negative control: FSDP2's default placement (dim 0) leaves the batched weights over-shared here
     with torch.device("meta"):

@@ -32,7 +32,9 @@ def _tiny(linear: str, group_linears: bool = True) -> Transformer:
     return Transformer(args).eval()
 
 
-@pytest.mark.parametrize("linear,grouped", [("full", True), ("svd", True), ("cola", True), ("lax", True), ("lax", False)])
+@pytest.mark.parametrize(
+    "linear,grouped", [("full", True), ("svd", True), ("cola", True), ("lax", True), ("lax", False)]
+)
 def test_kv_cache_matches_full_prefix(linear, grouped):
     model = _tiny(linear, grouped)
     tokens = torch.randint(0, 128, (2, 20), generator=torch.Generator().manual_seed(1))
@@ -59,14 +61,20 @@ def test_sampling_options():
     assert list(sample(model, [1, 2, 3], 12, temperature=1.0, top_p=1e-6, seed=5)) == greedy
     hot = dict(temperature=2.0, seed=7)
     assert list(sample(model, [1, 2, 3], 12, **hot)) == list(sample(model, [1, 2, 3], 12, **hot))
-    assert list(sample(model, [1, 2, 3], 12, **hot)) != list(sample(model, [1, 2, 3], 12, temperature=2.0, seed=8))
+    assert list(sample(model, [1, 2, 3], 12, **hot)) != list(
+        sample(model, [1, 2, 3], 12, temperature=2.0, seed=8)
+    )
     stop = greedy[3]
     assert list(sample(model, [1, 2, 3], 12, temperature=0, eos_id=stop))[-1] == stop
     probs = next_token_distribution(torch.tensor([3.0, 2.0, 1.0, 0.0]), 1.0, top_k=2, top_p=None)
     assert probs[2:].sum() == 0 and torch.isclose(probs.sum(), torch.tensor(1.0))
     probs = next_token_distribution(torch.tensor([3.0, 2.0, 1.0, 0.0]), 1.0, top_k=None, top_p=0.8)
     assert (probs > 0).tolist() == [True, True, False, False]  # 0.665 < 0.8 <= 0.91: two tokens
-    for bad, match in [(dict(temperature=-1), "--temperature"), (dict(top_k=0), "--top-k"), (dict(top_p=0), "--top-p")]:
+    for bad, match in [
+        (dict(temperature=-1), "--temperature"),
+        (dict(top_k=0), "--top-k"),
+        (dict(top_p=0), "--top-p"),
+    ]:
         with pytest.raises(ValueError, match=match):
             next(sample(model, [1], 2, **bad))
     with pytest.raises(ValueError, match="max_seq_len 64"):
@@ -100,7 +108,9 @@ def test_cli_streams_the_sampled_text(cola_run, capsys):
     assert "missing.toml does not exist" in capsys.readouterr().err
 
 
-TEXT = "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n" * 6
+TEXT = (
+    "def fibonacci(n):\n    a, b = 0, 1\n    for _ in range(n):\n        a, b = b, a + b\n    return a\n" * 6
+)
 
 
 def _tp_matches_one_process(rank, world_size, toml, expected_tokens, expected_loss):
@@ -109,7 +119,9 @@ def _tp_matches_one_process(rank, world_size, toml, expected_tokens, expected_lo
         run = load_run(toml)
     assert shard_for_inference(run.model, run.config) == rank
     ids = run.tokenizer.encode("import os\n")
-    for options, expected in zip((dict(temperature=0), dict(temperature=0.9, top_p=0.95, seed=4)), expected_tokens):
+    for options, expected in zip(
+        (dict(temperature=0), dict(temperature=0.9, top_p=0.95, seed=4)), expected_tokens
+    ):
         assert list(sample(run.model, ids, 24, **options)) == expected, options
     windows = packed_windows([run.tokenizer.encode(TEXT)], 64)
     got = score(run.model, windows, token_byte_lengths(run.tokenizer), batch_size=2, progress=False)

@@ -1,4 +1,7 @@
-"""Online RMSNorm and low-rank activation checkpointing (DESIGN §3, §4); compiled: tests/multiprocess/test_compile.py."""
+"""Online RMSNorm and low-rank activation checkpointing (DESIGN §3, §4).
+
+Compiled: tests/multiprocess/test_compile.py.
+"""
 
 from __future__ import annotations
 
@@ -25,7 +28,11 @@ EPS = 1e-5
 
 def _shard(t: torch.Tensor, mesh, dim: int) -> torch.Tensor:
     """Differentiably take this rank's slice of a global tensor (identical on every rank)."""
-    return DTensor.from_local(t, mesh, [Replicate()], run_check=False).redistribute(mesh, [Shard(dim)]).to_local()
+    return (
+        DTensor.from_local(t, mesh, [Replicate()], run_check=False)
+        .redistribute(mesh, [Shard(dim)])
+        .to_local()
+    )
 
 
 class _PerturbedBackward(OnlineRMSNormDown):
@@ -56,19 +63,25 @@ def _norm_body(rank: int, world_size: int) -> None:
     assert torch.autograd.gradcheck(online, (x, gamma, w))
     assert torch.autograd.gradcheck(sync, (x, gamma, w))
     # negative control: a perturbed backward must fail the same check
-    assert not torch.autograd.gradcheck(lambda *a: online(*a, fn=_PerturbedBackward), (x, gamma, w), raise_exception=False)
+    assert not torch.autograd.gradcheck(
+        lambda *a: online(*a, fn=_PerturbedBackward), (x, gamma, w), raise_exception=False
+    )
 
     # one forward collective for online (statistic in the same all-reduce), none in backward
     with CommCounter() as comm:
-        y = OnlineRMSNormDown.apply(x[:, :8].detach().requires_grad_(), gamma[:8].detach(), w[:, :8].detach(), EPS, d, mesh)
+        y = OnlineRMSNormDown.apply(
+            x[:, :8].detach().requires_grad_(), gamma[:8].detach(), w[:, :8].detach(), EPS, d, mesh
+        )
         y.sum().backward()
     assert comm.direction(backward=False) == {"all_reduce": (1, tokens * (r + 1))}
     assert comm.direction(backward=True) == {}
     # bf16 activations: the GEMMs run in bf16 (an fp32 GEMM would forfeit tensor cores on GPU); the
     # statistic accumulates in fp32 and travels as a bf16 mean square beside the bf16 latent: one
     # collective of one dtype (NCCL's coalesced all-reduce refuses mixed dtypes, so does gloo)
-    xb, gb, wb = (t.detach().bfloat16().requires_grad_() for t in (_shard(x, mesh, -1), _shard(gamma, mesh, 0),
-                                                                   _shard(w, mesh, 1)))
+    xb, gb, wb = (
+        t.detach().bfloat16().requires_grad_()
+        for t in (_shard(x, mesh, -1), _shard(gamma, mesh, 0), _shard(w, mesh, 1))
+    )
     with _Matmuls() as mm, CommCounter() as comm:
         yb = OnlineRMSNormDown.apply(xb, gb, wb, EPS, d, mesh)
         yb.float().pow(2).sum().backward()
@@ -82,7 +95,9 @@ def _norm_body(rank: int, world_size: int) -> None:
         first = OnlineRMSNormDown.apply(xb.detach(), gb.detach(), wb.detach(), EPS, d, mesh)
     with CommCounter() as quiet, _Matmuls() as mm, replayed:
         again = OnlineRMSNormDown.apply(xb.detach(), gb.detach(), wb.detach(), EPS, d, mesh)
-    assert torch.equal(first, again) and comm.total_count() == 1 and quiet.total_count() == 0 and not mm.dtypes
+    assert (
+        torch.equal(first, again) and comm.total_count() == 1 and quiet.total_count() == 0 and not mm.dtypes
+    )
 
 
 class _Matmuls(TorchDispatchMode):
@@ -106,7 +121,9 @@ def test_online_and_sync_rmsnorm_gradcheck(world_size):
 
 
 def _model(kind="cola", n_layers=2, seq=32, **kw):
-    return ModelArgs.from_flavor("debug", linear=kind, vocab_size=256, n_layers=n_layers, max_seq_len=seq, **kw)
+    return ModelArgs.from_flavor(
+        "debug", linear=kind, vocab_size=256, n_layers=n_layers, max_seq_len=seq, **kw
+    )
 
 
 def _ac_body(rank: int, world_size: int) -> None:
@@ -126,7 +143,9 @@ def _ac_body(rank: int, world_size: int) -> None:
             apply_ac(m, ActivationCheckpoint(mode="full"))
         with loss_parallel():
             with _Matmuls() as fwd_mm:
-                loss, held = forward_held_bytes(lambda: F.cross_entropy(m(tokens).flatten(0, 1), tokens.flatten()))
+                loss, held = forward_held_bytes(
+                    lambda m=m: F.cross_entropy(m(tokens).flatten(0, 1), tokens.flatten())
+                )
             with CommCounter() as comm, _Matmuls() as bwd_mm:
                 loss.backward()
         grads = [p.grad.full_tensor() for p in m.parameters()]

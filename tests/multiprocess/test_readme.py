@@ -26,12 +26,18 @@ print("workflow 2 matches the dense block on rank", dist.get_rank())
 @pytest.mark.slow
 def test_readme_workflow_2_runs_and_matches_the_dense_block(tmp_path):
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Workflow 2"):]
+    section = readme[readme.index("## Workflow 2") :]
     snippet = re.search(r"```python\n(.*?)```", section, re.S).group(1)
     script = tmp_path / "example.py"
     script.write_text(snippet + CHECK)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script)],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(script)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.count("workflow 2 matches the dense block") == 2

@@ -23,14 +23,19 @@ from torchtitan_ext.infra.parallelize import apply_fsdp
 # (kind, grouped, scheme, tile): the placements differ: btp shards A on d_in and B on d_out, vanilla
 # A on r and B on r, megatron the dense weights; grouped A_qkv / batched B_kv are multi-part. The
 # default tile (256) leaves the debug model's shards inside one tile; 48 cuts them mid-tile.
-FSDP_TP_CASES = [("cola", True, "btp", 256), ("cola", True, "btp", 48), ("svd", False, "vanilla", 48),
-                 ("full", False, "megatron", 48)]
+FSDP_TP_CASES = [
+    ("cola", True, "btp", 256),
+    ("cola", True, "btp", 48),
+    ("svd", False, "vanilla", 48),
+    ("full", False, "megatron", 48),
+]
 PP_TP_CASES = [("cola", True, "btp", 48)]
 
 
 def _args(kind: str, grouped: bool) -> ModelArgs:
-    args = ModelArgs.from_flavor("debug", linear=kind, vocab_size=256, n_layers=2, group_linears=grouped,
-                                  max_seq_len=16)
+    args = ModelArgs.from_flavor(
+        "debug", linear=kind, vocab_size=256, n_layers=2, group_linears=grouped, max_seq_len=16
+    )
     args.init_seed = 7
     return args
 
@@ -64,7 +69,9 @@ def _layouts_body(rank: int, world_size: int) -> None:
         seeded_init.TILE = tile
         model = apply_tp(_build_on_meta(kind, grouped), mesh["tp"], scheme=scheme)
         # the trainer's FSDP wrapping and placements (batched up-projections sharded on r)
-        apply_fsdp(model, mesh["fsdp"], param_dtype=torch.float32, reduce_dtype=torch.float32, pp_enabled=False)
+        apply_fsdp(
+            model, mesh["fsdp"], param_dtype=torch.float32, reduce_dtype=torch.float32, pp_enabled=False
+        )
         _assert_same(_init(model), _reference(kind, grouped), f"fsdp2 x tp2 {kind}/{scheme}/tile {tile}")
 
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("pp", "tp"))
@@ -80,7 +87,9 @@ def _layouts_body(rank: int, world_size: int) -> None:
         else:
             model.tok_embeddings = None
         apply_tp(model, mesh["tp"], scheme=scheme)
-        _assert_same(_init(model), _reference(kind, grouped), f"pp2 x tp2 stage {stage} {kind}/{scheme}/tile {tile}")
+        _assert_same(
+            _init(model), _reference(kind, grouped), f"pp2 x tp2 stage {stage} {kind}/{scheme}/tile {tile}"
+        )
     dist.barrier()
 
 
@@ -96,7 +105,9 @@ def test_a_region_is_the_same_values_as_the_whole_part():
     assert torch.equal(draw_region(part, 3, region), whole[37:290, 255:513])
     # distinct tiles and distinct names draw distinct values
     assert not torch.equal(whole[:256, :256], whole[:256, 256:512])
-    other = draw_region(SeededPart("layers.0.attention.k.A", (300, 520), 0.5), 3, [slice(0, 300), slice(0, 520)])
+    other = draw_region(
+        SeededPart("layers.0.attention.k.A", (300, 520), 0.5), 3, [slice(0, 300), slice(0, 520)]
+    )
     assert not torch.equal(whole, other)
     assert abs(whole.std().item() - 0.5) < 0.01
 

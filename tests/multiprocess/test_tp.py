@@ -43,14 +43,21 @@ PARITY_CASES = [
 
 def _args(kind: str, grouped: bool, n_kv_heads: int | None = None, n_layers: int = 2) -> ModelArgs:
     return ModelArgs.from_flavor(
-        "debug", linear=kind, vocab_size=VOCAB, n_layers=n_layers, group_linears=grouped, max_seq_len=SEQ,
+        "debug",
+        linear=kind,
+        vocab_size=VOCAB,
+        n_layers=n_layers,
+        group_linears=grouped,
+        max_seq_len=SEQ,
         **({} if n_kv_heads is None else {"n_kv_heads": n_kv_heads}),
     )
 
 
 def _batch(seed: int):
     g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, VOCAB, (BATCH, SEQ), generator=g), torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+    return torch.randint(0, VOCAB, (BATCH, SEQ), generator=g), torch.randint(
+        0, VOCAB, (BATCH, SEQ), generator=g
+    )
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -64,8 +71,12 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 def _parity_body(rank: int, world_size: int, cases, n_kv_heads) -> None:
     mesh = init_device_mesh("cpu", (world_size,))
     # norm = "local" is another model only where the scheme shards the residual the pre-norms read
-    for kind, scheme, grouped, sharded in (("cola", "btp", True, True), ("cola", "btp", False, True),
-                                           ("cola", "vanilla", False, False), ("full", "megatron", False, False)):
+    for kind, scheme, grouped, sharded in (
+        ("cola", "btp", True, True),
+        ("cola", "btp", False, True),
+        ("cola", "vanilla", False, False),
+        ("full", "megatron", False, False),
+    ):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             apply_tp(Transformer(_args(kind, grouped)), mesh, scheme=scheme, norm="local")
@@ -83,7 +94,9 @@ def _parity_body(rank: int, world_size: int, cases, n_kv_heads) -> None:
         # the initial model is the same whatever the layout
         ref_params = dict(ref.named_parameters())
         for name, p in model.named_parameters():
-            assert torch.equal(_full(p.detach()), ref_params[name].detach()), f"{tag}: init differs for {name}"
+            assert torch.equal(_full(p.detach()), ref_params[name].detach()), (
+                f"{tag}: init differs for {name}"
+            )
 
         logits_ref = ref(tokens)
         loss_ref = F.cross_entropy(logits_ref.flatten(0, 1), labels.flatten())
@@ -108,7 +121,9 @@ def test_schemes_match_single_device_float64(world_size):
 @pytest.mark.slow
 def test_btp_with_multi_head_attention_at_tp4():
     # n_kv_heads = n_heads: q/k/v share one batched up-projection
-    run_distributed(_parity_body, 4, [("cola", "btp", True, "online", False), ("lax", "btp", True, "sync", False)], 8)
+    run_distributed(
+        _parity_body, 4, [("cola", "btp", True, "online", False), ("lax", "btp", True, "sync", False)], 8
+    )
 
 
 def _training_body(rank: int, world_size: int, cases) -> None:
@@ -144,13 +159,19 @@ def _training_body(rank: int, world_size: int, cases) -> None:
             if replicated:
                 gathered = [torch.empty_like(local) for _ in range(world_size)]
                 dist.all_gather(gathered, local.detach().contiguous())
-                assert all(torch.equal(g, gathered[0]) for g in gathered), f"{tag}: {name} drifted across ranks"
+                assert all(torch.equal(g, gathered[0]) for g in gathered), (
+                    f"{tag}: {name} drifted across ranks"
+                )
 
 
 @pytest.mark.slow
 def test_twenty_float32_steps_track_single_device():
-    cases = [("cola", "btp", True, "online"), ("lax", "btp", True, "online"), ("cola", "vanilla", False, "online"),
-             ("full", "megatron", False, "online")]
+    cases = [
+        ("cola", "btp", True, "online"),
+        ("lax", "btp", True, "online"),
+        ("cola", "vanilla", False, "online"),
+        ("full", "megatron", False, "online"),
+    ]
     run_distributed(_training_body, 2, cases)
 
 
@@ -165,16 +186,18 @@ def _sequential_body(rank: int, world_size: int) -> None:
     parallelize_module(block, mesh, BoostParallelStyle())
     x = torch.randn(3, 5, d, generator=torch.Generator().manual_seed(1))
     shard = d // world_size
-    x_local = x[..., rank * shard:(rank + 1) * shard].clone().requires_grad_()
+    x_local = x[..., rank * shard : (rank + 1) * shard].clone().requires_grad_()
     x_ref = x.clone().requires_grad_()
     y_ref = ref(x_ref)
     y_local = block(x_local)
-    torch.testing.assert_close(y_local, y_ref[..., rank * shard:(rank + 1) * shard], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(y_local, y_ref[..., rank * shard : (rank + 1) * shard], rtol=1e-12, atol=1e-12)
     # backward through the local shard of the output, with a known upstream gradient
     gy = torch.randn(3, 5, d, generator=torch.Generator().manual_seed(2))
     (y_ref * gy).sum().backward()
-    (y_local * gy[..., rank * shard:(rank + 1) * shard]).sum().backward()
-    torch.testing.assert_close(x_local.grad, x_ref.grad[..., rank * shard:(rank + 1) * shard], rtol=1e-12, atol=1e-12)
+    (y_local * gy[..., rank * shard : (rank + 1) * shard]).sum().backward()
+    torch.testing.assert_close(
+        x_local.grad, x_ref.grad[..., rank * shard : (rank + 1) * shard], rtol=1e-12, atol=1e-12
+    )
     ref_params = dict(ref.named_parameters())
     for name, p in block.named_parameters():
         torch.testing.assert_close(_full(p.grad), ref_params[name].grad, rtol=1e-12, atol=1e-12)
@@ -182,7 +205,9 @@ def _sequential_body(rank: int, world_size: int) -> None:
     # a module with no recognisable bottleneck is refused at parallelize time
     with pytest.raises(ValueError, match="no bottleneck"):
         parallelize_module(nn.Sequential(nn.Linear(d, d)), mesh, BoostParallelStyle())
-    with pytest.raises(ValueError, match=r"tensor-parallel degree 2 must divide 0\.in_features \(the full dim d\) = 33"):
+    with pytest.raises(
+        ValueError, match=r"tensor-parallel degree 2 must divide 0\.in_features \(the full dim d\) = 33"
+    ):
         parallelize_module(nn.Sequential(nn.Linear(d + 1, r), nn.Linear(r, d)), mesh, BoostParallelStyle())
 
 

@@ -23,12 +23,21 @@ GOLDEN = Path(__file__).parents[1] / "data" / "cola_golden.pt"
 
 
 def _boost_args(config: dict, only_lr_act: bool, group_linears: bool) -> ModelArgs:
-    return ModelArgs(dim=config["hidden_size"], n_layers=config["num_hidden_layers"],
-                     n_heads=config["num_attention_heads"], n_kv_heads=config["num_key_value_heads"],
-                     vocab_size=config["vocab_size"], ffn_dim=config["intermediate_size"],
-                     norm_eps=config["rms_norm_eps"], rope_theta=config["rope_theta"],
-                     max_seq_len=config["max_position_embeddings"], linear="cola", rank=config["rank"],
-                     group_linears=group_linears, only_lr_act=only_lr_act)
+    return ModelArgs(
+        dim=config["hidden_size"],
+        n_layers=config["num_hidden_layers"],
+        n_heads=config["num_attention_heads"],
+        n_kv_heads=config["num_key_value_heads"],
+        vocab_size=config["vocab_size"],
+        ffn_dim=config["intermediate_size"],
+        norm_eps=config["rms_norm_eps"],
+        rope_theta=config["rope_theta"],
+        max_seq_len=config["max_position_embeddings"],
+        linear="cola",
+        rank=config["rank"],
+        group_linears=group_linears,
+        only_lr_act=only_lr_act,
+    )
 
 
 def _as_exported_names(weights: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -50,7 +59,9 @@ def test_cola_logits_equal_the_authors_modeling_code(only_lr_act, group_linears)
     golden = torch.load(GOLDEN, weights_only=True)
     config = golden["meta"]["config"]
     args = _boost_args(config, only_lr_act, group_linears)
-    sd = lowrank_from_hf(_as_exported_names(golden["weights"]), _boost_args(config, only_lr_act, False), str(GOLDEN))
+    sd = lowrank_from_hf(
+        _as_exported_names(golden["weights"]), _boost_args(config, only_lr_act, False), str(GOLDEN)
+    )
     if group_linears:
         sd = to_grouped(sd, args)
     with torch.device("meta"):

@@ -41,7 +41,13 @@ def _toml_value(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf") if math.isinf(value) else repr(value)
+        return (
+            "nan"
+            if math.isnan(value)
+            else ("inf" if value > 0 else "-inf")
+            if math.isinf(value)
+            else repr(value)
+        )
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
@@ -75,23 +81,51 @@ def _numeric_schema_fields() -> list[tuple[str, str, type]]:
     from torchtitan_ext.torchtitan_private import merged_job_config_class
 
     merged = merged_job_config_class(["--job.custom_config_module", "torchtitan_ext.config"], None)
-    return [(section, name, hint) for section, cls in field_types(merged).items() if is_dataclass(cls)
-            for name, hint in field_types(cls).items() if hint in (int, float)]
+    return [
+        (section, name, hint)
+        for section, cls in field_types(merged).items()
+        if is_dataclass(cls)
+        for name, hint in field_types(cls).items()
+        if hint in (int, float)
+    ]
 
 
 NUMERIC_FIELDS = _numeric_schema_fields()
 
 
-def mutate(rng: random.Random, values: dict, command_line: bool) -> tuple[str, dict, list[str], tuple[str, ...]]:
+def mutate(
+    rng: random.Random, values: dict, command_line: bool
+) -> tuple[str, dict, list[str], tuple[str, ...]]:
     """One mutation of ``values`` (a command-line override if asked): (kind, new values, extra argv,
     names any refusal must mention)."""
     values = {s: dict(t) if isinstance(t, dict) else t for s, t in values.items()}
     section, key = rng.choice(_leaves(values))
     field, value = f"{section}.{key}", values[section][key]
-    names = (field, key)  # a rule over several fields may name the leaf inside a product ("tensor_parallel_degree × ...")
-    kind = "command_line" if command_line else rng.choice(
-        ["drop", "rename", "retype", "retype", "out_of_range", "out_of_range", "out_of_range",
-         "unknown_field", "unknown_section", "swap_sections", "scalar_section", "schema_field", "pipeline"])
+    names = (
+        field,
+        key,
+    )  # a rule over several fields may name the leaf inside a product ("tensor_parallel_degree × ...")
+    kind = (
+        "command_line"
+        if command_line
+        else rng.choice(
+            [
+                "drop",
+                "rename",
+                "retype",
+                "retype",
+                "out_of_range",
+                "out_of_range",
+                "out_of_range",
+                "unknown_field",
+                "unknown_section",
+                "swap_sections",
+                "scalar_section",
+                "schema_field",
+                "pipeline",
+            ]
+        )
+    )
     if kind == "drop":
         del values[section][key]
     elif kind == "rename":
@@ -125,12 +159,26 @@ def mutate(rng: random.Random, values: dict, command_line: bool) -> tuple[str, d
         values["training"]["local_batch_size"] = rng.choice([1, 2, 3, 4, 6, 9, 16])
         par = values["parallelism"]
         par["pipeline_parallel_microbatch_size"] = rng.choice([1, 1, 2, 3])
-        par["pipeline_parallel_schedule"] = rng.choice(["1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS",
-                                                        "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"])
+        par["pipeline_parallel_schedule"] = rng.choice(
+            [
+                "1F1B",
+                "GPipe",
+                "Interleaved1F1B",
+                "LoopedBFS",
+                "InterleavedZeroBubble",
+                "ZBVZeroBubble",
+                "DualPipeV",
+            ]
+        )
         if rng.random() < 0.3:
             par["pipeline_parallel_layers_per_stage"] = rng.choice([0, 1, 2, 5, 10, 20])
-        names = ("training.local_batch_size", *(f"parallelism.pipeline_parallel_{name}" for name in
-                                                ("microbatch_size", "schedule", "layers_per_stage")))
+        names = (
+            "training.local_batch_size",
+            *(
+                f"parallelism.pipeline_parallel_{name}"
+                for name in ("microbatch_size", "schedule", "layers_per_stage")
+            ),
+        )
     else:  # a malformed command-line override of an existing field
         return kind, values, [f"--{field}", rng.choice(["abc", "4.5", "-1", ""])], (f"--{field}", field, key)
     return kind, values, [], names
@@ -157,8 +205,12 @@ def one_step(job) -> float:
     optimizers = build_optimizers([model], job.optimizer, dims)
     schedulers = build_lr_schedulers(optimizers, job.lr_scheduler, job.training.steps)
     # A short batch: the model is the config's; a full 8 × 256 step costs seconds on two shared cores.
-    tokens = torch.randint(0, args.vocab_size, (min(job.training.local_batch_size, 2), min(job.training.seq_len, 32) + 1),
-                           generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(
+        0,
+        args.vocab_size,
+        (min(job.training.local_batch_size, 2), min(job.training.seq_len, 32) + 1),
+        generator=torch.Generator().manual_seed(0),
+    )
     logits = model(tokens[:, :-1])
     loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
     loss.backward()
@@ -204,9 +256,11 @@ def test_mutated_configs_pass_or_are_refused_naming_the_field(tmp_path, shipped_
     stepped = rng.sample(passed_debug, min(N_STEPPED, len(passed_debug)))
     for label, job in stepped:
         assert math.isfinite(one_step(job)), label
-    print(f"\nconfig fuzz: {N_VARIANTS} variants, {counts['passed']} passed, {counts['refused']} refused, "
-          f"{counts['crashed']} crashed; preflight {preflight_s:.1f} s; {len(stepped)} stepped; "
-          f"{time.perf_counter() - start:.1f} s in all")
+    print(
+        f"\nconfig fuzz: {N_VARIANTS} variants, {counts['passed']} passed, {counts['refused']} refused, "
+        f"{counts['crashed']} crashed; preflight {preflight_s:.1f} s; {len(stepped)} stepped; "
+        f"{time.perf_counter() - start:.1f} s in all"
+    )
     assert not crashes, "\n".join(crashes[:20])
     assert not unnamed, "\n".join(unnamed[:20])
     # The generator must exercise both outcomes, or it tests nothing.

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 from torchtitan.config import ConfigManager, JobConfig
-from torchtitan.hf_datasets.text_datasets import build_text_validation_dataloader, DATASETS
+from torchtitan.hf_datasets.text_datasets import DATASETS, build_text_validation_dataloader
 
 import boost.data.offline_tokenizer as offline_tokenizer
 import boost.data.stdlib_corpus as stdlib_corpus
@@ -25,7 +25,11 @@ from boost.config_error import ConfigError
 from boost.data.local_files import read_local_corpus
 from boost.data.offline_tokenizer import BOS_TOKEN, EOS_TOKEN
 from boost.data.stdlib_corpus import stdlib_files, stdlib_root
-from torchtitan_ext.data.text_datasets import build_boost_dataloader, build_boost_validation_dataloader, load_local_dataset
+from torchtitan_ext.data.text_datasets import (
+    build_boost_dataloader,
+    build_boost_validation_dataloader,
+    load_local_dataset,
+)
 from torchtitan_ext.data.tokenizer import boost_vocab_size, build_boost_tokenizer, check_tokenizer_assets
 
 VOCAB = 1024  # not the default 2048, so a passing size check proves the config is read
@@ -253,11 +257,15 @@ def test_validator_dataloader_reads_stdlib_validation(tokenizer, cache_dir):
     )  # fmt: skip
     # torchtitan's builder finds the dataset too; BOOST's validator uses its own loader
     stream = token_stream(tokenizer, [stdlib_text(stdlib_files("validation")[0])])
-    loaders = {build: build(1, 0, tokenizer, config, infinite=True)
-               for build in (build_text_validation_dataloader, build_boost_validation_dataloader)}
+    loaders = {
+        build: build(1, 0, tokenizer, config, infinite=True)
+        for build in (build_text_validation_dataloader, build_boost_validation_dataloader)
+    }
     for loader in loaders.values():
         inputs, labels = next(iter(loader))
-        assert inputs["input"][0].tolist() == stream[:SEQ_LEN] and labels[0].tolist() == stream[1 : SEQ_LEN + 1]
+        assert (
+            inputs["input"][0].tolist() == stream[:SEQ_LEN] and labels[0].tolist() == stream[1 : SEQ_LEN + 1]
+        )
     # every validation pass scores the same held-out windows; torchtitan's dataset moves on instead
     again = {build: next(iter(loader))[0]["input"][0].tolist() for build, loader in loaders.items()}
     assert again[build_boost_validation_dataloader] == stream[:SEQ_LEN]
@@ -308,7 +316,9 @@ def test_local_dataset_reads_txt_jsonl_and_parquet(local_folder, tokenizer, cach
 def test_local_dataset_errors_name_the_setting(tmp_path, tokenizer, cache_dir):
     with pytest.raises(ValueError, match=r"training\.dataset_path, which is not set"):
         build_boost_dataloader(1, 0, tokenizer, job_config(cache_dir, "--training.dataset", "local"))
-    missing = job_config(cache_dir, "--training.dataset", "local", "--training.dataset_path", str(tmp_path / "nope"))
+    missing = job_config(
+        cache_dir, "--training.dataset", "local", "--training.dataset_path", str(tmp_path / "nope")
+    )
     with pytest.raises(ConfigError, match=r"training\.dataset_path = .*nope.*: does not exist"):
         build_boost_dataloader(1, 0, tokenizer, missing)
     empty = job_config(cache_dir, "--training.dataset", "local", "--training.dataset_path", str(tmp_path))
@@ -329,12 +339,20 @@ def test_local_dataset_errors_name_the_setting(tmp_path, tokenizer, cache_dir):
 MALFORMED = [
     ("empty.txt", b"", r"empty\.txt is empty; fill it or remove it"),
     ("blank.txt", b" \n\t\n", r"blank\.txt holds only blank space"),
-    ("latin1.txt", "line one\ncaf\u00e9\n".encode("latin-1"), r"latin1\.txt:2 is not UTF-8 text \(byte 12\); convert it"),
+    (
+        "latin1.txt",
+        "line one\ncaf\u00e9\n".encode("latin-1"),
+        r"latin1\.txt:2 is not UTF-8 text \(byte 12\); convert it",
+    ),
     ("binary.txt", b"\x00\x01\x02ELF", r"binary\.txt:1 holds NUL bytes: a binary file"),
     ("empty.jsonl", b"", r"empty\.jsonl is empty"),
     ("blank.jsonl", b"\n\n", r"blank\.jsonl holds only blank space"),
     ("blank_lines.jsonl", b"\n \n\n{}", r"blank_lines\.jsonl:4 has no 'text' field \(keys: \[\]\)"),
-    ("not_json.jsonl", b'{"text": "a"}\nnot json\n', r"not_json\.jsonl:2 is not JSON \(Expecting value, column 1\)"),
+    (
+        "not_json.jsonl",
+        b'{"text": "a"}\nnot json\n',
+        r"not_json\.jsonl:2 is not JSON \(Expecting value, column 1\)",
+    ),
     ("list.jsonl", b'["text"]\n', r"list\.jsonl:1 is a JSON list, not an object"),
     ("no_text.jsonl", b'{"content": "x"}\n', r"no_text\.jsonl:1 has no 'text' field \(keys: \['content'\]\)"),
     ("number.jsonl", b'{"text": 5}\n', r"number\.jsonl:1 has a 'text' of type int, not a string"),
@@ -344,7 +362,9 @@ MALFORMED = [
 
 @pytest.mark.parametrize("name,content,message", MALFORMED, ids=[m[0] for m in MALFORMED])
 def test_malformed_local_corpus_is_refused_with_file_line_and_fix(tmp_path, name, content, message):
-    (tmp_path / "good.txt").write_text("a good document")  # one bad file spoils the folder: nothing is skipped
+    (tmp_path / "good.txt").write_text(
+        "a good document"
+    )  # one bad file spoils the folder: nothing is skipped
     (tmp_path / name).write_bytes(content)
     with pytest.raises(ConfigError, match=rf"^training\.dataset_path: {tmp_path}/{message}"):
         read_local_corpus(str(tmp_path))
@@ -353,7 +373,9 @@ def test_malformed_local_corpus_is_refused_with_file_line_and_fix(tmp_path, name
 def test_jsonl_lines_split_on_newline_only(tmp_path):
     # JSON strings may hold U+2028 and \x0c raw; str.splitlines() would cut such a record in two.
     docs = ["one\u2028line", "form\x0cfeed"]
-    (tmp_path / "a.jsonl").write_text("\r\n".join(json.dumps({"text": d}, ensure_ascii=False) for d in docs) + "\n")
+    (tmp_path / "a.jsonl").write_text(
+        "\r\n".join(json.dumps({"text": d}, ensure_ascii=False) for d in docs) + "\n"
+    )
     assert read_local_corpus(str(tmp_path / "a.jsonl")) == docs
 
 
@@ -371,17 +393,26 @@ def test_corpus_smaller_than_the_data_parallel_degree_is_refused_before_start(tm
 
     corpus = tmp_path / "one.jsonl"
     corpus.write_text(json.dumps({"text": "the only document"}) + "\n")
-    argv = ["--job.config_file", str(Path(__file__).parents[2] / "train_configs" / "debug.toml"),
-            "--training.dataset", "local", "--training.dataset_path", str(corpus)]
+    argv = [
+        "--job.config_file",
+        str(Path(__file__).parents[2] / "train_configs" / "debug.toml"),
+        "--training.dataset",
+        "local",
+        "--training.dataset_path",
+        str(corpus),
+    ]
     check_job(argv, 1)
     with pytest.raises(ConfigError, match=r"holds 1 document\(s\), fewer than the data-parallel degree 2"):
         check_job([*argv, "--parallelism.data_parallel_shard_degree", "2"], 2)
     # Validation reads its set once: a share that cannot fill one batch would end torchtitan's
     # Validator on an empty loss list at the first validation.
     validation = ["--validation.dataset", "local", "--validation.dataset_path", str(corpus)]
-    with pytest.raises(ConfigError, match=r"^validation\.dataset_path = .*: a data-parallel rank's share holds at most "
-                                          r"19 tokens, fewer than one validation batch \(local_batch_size × "
-                                          r"\(seq_len \+ 1\) = 2056\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^validation\.dataset_path = .*: a data-parallel rank's share holds at most "
+        r"19 tokens, fewer than one validation batch \(local_batch_size × "
+        r"\(seq_len \+ 1\) = 2056\)",
+    ):
         check_job([*argv, *validation], 1)
     check_job([*argv, *validation, "--validation.local_batch_size", "1", "--validation.seq_len", "8"], 1)
 
@@ -391,8 +422,15 @@ def test_no_corpus_makes_a_loader_spin(tmp_path, tokenizer, cache_dir):
     # when its loader is built, even when nothing checked the corpus before (here, no preflight).
     corpus = tmp_path / "one.jsonl"
     corpus.write_text(json.dumps({"text": "the only document"}) + "\n")
-    config = job_config(cache_dir, "--training.dataset", "local", "--training.dataset_path", str(corpus),
-                        "--training.seq_len", "8")
+    config = job_config(
+        cache_dir,
+        "--training.dataset",
+        "local",
+        "--training.dataset_path",
+        str(corpus),
+        "--training.seq_len",
+        "8",
+    )
     next(iter(build_boost_dataloader(1, 0, tokenizer, config)))  # one tiny document still yields (re-looped)
     with pytest.raises(ConfigError, match=r"data-parallel rank 1 got no document"):
         build_boost_dataloader(2, 1, tokenizer, config)
@@ -403,13 +441,21 @@ def test_no_corpus_makes_a_loader_spin(tmp_path, tokenizer, cache_dir):
 
 def test_tokenizer_file_that_does_not_parse_is_refused(tmp_path, tokenizer):
     (tmp_path / "tokenizer.json").write_text("{garbage")
-    with pytest.raises(ConfigError, match=rf"model\.hf_assets_path: {tmp_path}/tokenizer\.json does not parse"):
+    with pytest.raises(
+        ConfigError, match=rf"model\.hf_assets_path: {tmp_path}/tokenizer\.json does not parse"
+    ):
         check_tokenizer_assets(str(tmp_path), 1)
-    check_tokenizer_assets(tokenizer.tokenizer_path, 1)  # the real one passes, and its 1024 tokens split 2 ways
+    check_tokenizer_assets(
+        tokenizer.tokenizer_path, 1
+    )  # the real one passes, and its 1024 tokens split 2 ways
     check_tokenizer_assets(tokenizer.tokenizer_path, 2)
-    with pytest.raises(ConfigError, match=r"its tokenizer has 1024 tokens, which the TP degree 3 does not divide"):
+    with pytest.raises(
+        ConfigError, match=r"its tokenizer has 1024 tokens, which the TP degree 3 does not divide"
+    ):
         check_tokenizer_assets(tokenizer.tokenizer_path, 3)
-    (tmp_path / "tokenizer.json").write_bytes((Path(tokenizer.tokenizer_path) / "tokenizer.json").read_bytes())
+    (tmp_path / "tokenizer.json").write_bytes(
+        (Path(tokenizer.tokenizer_path) / "tokenizer.json").read_bytes()
+    )
     (tmp_path / "tokenizer_config.json").write_text("{")
     with pytest.raises(ConfigError, match=r"tokenizer_config\.json is not valid JSON"):
         check_tokenizer_assets(str(tmp_path), 1)
@@ -420,4 +466,6 @@ def test_registration_is_idempotent_and_other_names_fall_through(tokenizer, cach
     text_datasets.register_datasets()
     assert {"stdlib", "stdlib_validation", "local", "c4", "c4_validation"} <= set(DATASETS)
     with pytest.raises(ValueError, match=r"not supported.*stdlib"):
-        build_boost_dataloader(1, 0, tokenizer, job_config(cache_dir, "--training.dataset", "no_such_dataset"))
+        build_boost_dataloader(
+            1, 0, tokenizer, job_config(cache_dir, "--training.dataset", "no_such_dataset")
+        )

@@ -28,9 +28,14 @@ NOT_IMPORTED = ("boost.hf.", "boost.lm_eval_local")
 
 
 def _modules() -> list[str]:
-    names = (".".join(p.relative_to(ROOT).with_suffix("").parts) for p in sorted((ROOT / "boost").rglob("*.py")))
-    return [n.removesuffix(".__init__") for n in names
-            if not n.endswith("__main__") and not n.startswith(NOT_IMPORTED)]
+    names = (
+        ".".join(p.relative_to(ROOT).with_suffix("").parts) for p in sorted((ROOT / "boost").rglob("*.py"))
+    )
+    return [
+        n.removesuffix(".__init__")
+        for n in names
+        if not n.endswith("__main__") and not n.startswith(NOT_IMPORTED)
+    ]
 
 
 def _examples() -> list[doctest.DocTest]:
@@ -53,5 +58,7 @@ def test_docstring_example(test):
 
 
 def test_the_skipped_examples_exist():
-    names = {t.name for name in _modules() for t in doctest.DocTestFinder().find(importlib.import_module(name))}
+    names = {
+        t.name for name in _modules() for t in doctest.DocTestFinder().find(importlib.import_module(name))
+    }
     assert LEFT_OUT <= names  # a renamed function must take its entry along

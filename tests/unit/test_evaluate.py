@@ -40,7 +40,9 @@ def test_windows_are_torchtitans_validation_windows(tokenizer, tmp_path):
 
     data = tmp_path / "docs.jsonl"
     data.write_text("".join(f'{{"text": {__import__("json").dumps(d)}}}\n' for d in DOCS))
-    theirs = HuggingFaceTextDataset("local", str(data), HuggingFaceTokenizer(str(tokenizer.folder)), seq_len=16)
+    theirs = HuggingFaceTextDataset(
+        "local", str(data), HuggingFaceTokenizer(str(tokenizer.folder)), seq_len=16
+    )
     theirs_windows = [torch.cat([x["input"], y[-1:]]).tolist() for x, y in theirs]
     ours = list(packed_windows(_documents(tokenizer), 16))
     assert len(ours) > 3 and ours == theirs_windows
@@ -58,12 +60,16 @@ def test_score_is_cross_entropy_and_bytes_are_the_texts(tokenizer):
     with torch.no_grad():
         loss = F.cross_entropy(model(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten()).item()
     assert got.tokens == ids[:, 1:].numel()
-    assert math.isclose(got.loss, loss, rel_tol=1e-6) and math.isclose(got.perplexity, math.exp(loss), rel_tol=1e-6)
+    assert math.isclose(got.loss, loss, rel_tol=1e-6) and math.isclose(
+        got.perplexity, math.exp(loss), rel_tol=1e-6
+    )
     labels_text = tokenizer.decode(ids[:, 1:].flatten().tolist())
     assert got.bytes == len(labels_text.encode("utf-8"))
     assert math.isclose(got.bits_per_byte, got.loss * got.tokens / math.log(2) / got.bytes, rel_tol=1e-12)
     # Batching changes nothing beyond float rounding; a token budget stops at whole windows.
-    assert math.isclose(score(model, windows, lengths, batch_size=1, progress=False).loss, got.loss, rel_tol=1e-5)
+    assert math.isclose(
+        score(model, windows, lengths, batch_size=1, progress=False).loss, got.loss, rel_tol=1e-5
+    )
     assert score(model, windows, lengths, max_tokens=70, progress=False).tokens == 64
 
 
@@ -76,10 +82,15 @@ def test_cli_scores_a_local_file(tmp_path, capsys):
     run = load_run(toml)
     eos = [run.tokenizer.eos_id]
     expected = score(
-        run.model, packed_windows([run.tokenizer.encode(data.read_text()) + eos], 32), token_byte_lengths(run.tokenizer),
+        run.model,
+        packed_windows([run.tokenizer.encode(data.read_text()) + eos], 32),
+        token_byte_lengths(run.tokenizer),
         batch_size=4, progress=False,
     )  # fmt: skip
-    assert f"perplexity {expected.perplexity:.4f}" in printed and f"bits/byte {expected.bits_per_byte:.6f}" in printed
+    assert (
+        f"perplexity {expected.perplexity:.4f}" in printed
+        and f"bits/byte {expected.bits_per_byte:.6f}" in printed
+    )
     # No --data: the run's held-out split (the trainer's stdlib validation files), here its first two windows.
     assert main(["--config", str(toml), "--max-tokens", "128", "--batch-size", "2"]) == 0
     printed = capsys.readouterr().out

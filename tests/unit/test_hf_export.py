@@ -58,8 +58,12 @@ def test_transformers_reproduces_boost(tmp_path, linear):
     # Same weights; the RoPE table is float64 on both sides; op order differs (grouped/batched GEMMs).
     assert error <= 1e-5, error
     prompt = tokenizer("import os\n", return_tensors="pt")
-    generated = theirs.generate(**prompt, max_new_tokens=20, do_sample=False)[0, prompt["input_ids"].shape[1] :]
-    expected = list(sample(ours, prompt["input_ids"][0].tolist(), 20, temperature=0, eos_id=tokenizer.eos_token_id))
+    generated = theirs.generate(**prompt, max_new_tokens=20, do_sample=False)[
+        0, prompt["input_ids"].shape[1] :
+    ]
+    expected = list(
+        sample(ours, prompt["input_ids"][0].tolist(), 20, temperature=0, eos_id=tokenizer.eos_token_id)
+    )
     assert generated.tolist() == expected
     back = load_hf(tmp_path)  # renames and row shuffles only: bit-exact
     assert back.model_args == ours.model_args
@@ -72,7 +76,9 @@ def test_pipeline_runs_on_the_folder(tmp_path):
     generator = transformers.pipeline("text-generation", model=str(tmp_path), trust_remote_code=True)
     out = generator("def main(", max_new_tokens=8, do_sample=False)[0]["generated_text"]
     ids = load_tokenizer(offline_tokenizer_dir()).encode("def main(")
-    assert out == "def main(" + load_tokenizer(offline_tokenizer_dir()).decode(list(sample(ours, ids, 8, temperature=0)))
+    assert out == "def main(" + load_tokenizer(offline_tokenizer_dir()).decode(
+        list(sample(ours, ids, 8, temperature=0))
+    )
 
 
 def test_cli_exports_a_dcp_checkpoint(tmp_path, capsys):

@@ -80,7 +80,9 @@ def test_no_forbidden_import_inside_the_library():
 def test_the_scanner_sees_function_level_imports(tmp_path):
     # a function-level import of torchtitan_ext: the kind the library must never make
     sample = tmp_path / "sample.py"
-    sample.write_text("import torch\n\ndef f():\n    from torchtitan_ext.data import ensure_stdlib_tokenizer\n")
+    sample.write_text(
+        "import torch\n\ndef f():\n    from torchtitan_ext.data import ensure_stdlib_tokenizer\n"
+    )
     assert imported_modules(sample) == [(1, "torch"), (4, "torchtitan_ext.data")]
 
 
@@ -102,8 +104,8 @@ def test_importing_the_whole_library_loads_no_torchtitan():
 
 def test_the_house_picture_lists_every_file():
     design = (ROOT / "docs" / "design.md").read_text()
-    section = design[design.index("## 0. The house"):design.index("## 1. ")]
-    picture = section[section.index("```"):section.rindex("```")]
+    section = design[design.index("## 0. The house") : design.index("## 1. ")]
+    picture = section[section.index("```") : section.rindex("```")]
     missing = []
     for package in ("boost", "torchtitan_ext"):
         for path in sorted((ROOT / package).rglob("*.py")):
@@ -113,8 +115,11 @@ def test_the_house_picture_lists_every_file():
             elif path.name == "__init__.py" and folder != ".":
                 continue  # a subpackage is listed by its folder and files
             else:
-                found = any(line.split("──")[-1].split()[0] == path.name for line in picture.splitlines()
-                            if "──" in line)
+                found = any(
+                    line.split("──")[-1].split()[0] == path.name
+                    for line in picture.splitlines()
+                    if "──" in line
+                )
             if not found:
                 missing.append(path.relative_to(ROOT).as_posix())
     assert not missing, f"docs/design.md's house picture does not list: {missing}"

@@ -22,8 +22,14 @@ from boost.model import ModelArgs, Transformer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = dict(
-    hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4,
-    num_key_value_heads=2, vocab_size=128, rms_norm_eps=1e-5, max_position_embeddings=64,
+    hidden_size=64,
+    intermediate_size=176,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    vocab_size=128,
+    rms_norm_eps=1e-5,
+    max_position_embeddings=64,
 )
 # Same weights, same op order up to the RoPE formula (HF: half-split, float32 inv_freq; BOOST:
 # interleaved, float64 table) → float32 rounding only.
@@ -120,8 +126,17 @@ def test_grouped_and_ungrouped_imports_agree(hf, tokens):
 def test_export_loads_in_transformers(tmp_path, tokens, tie):
     torch.manual_seed(0)
     args = ModelArgs(
-        dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=128, ffn_dim=176, linear="full",
-        rope_theta=50000.0, norm_eps=1e-6, max_seq_len=64, tie_embeddings=tie,
+        dim=64,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        vocab_size=128,
+        ffn_dim=176,
+        linear="full",
+        rope_theta=50000.0,
+        norm_eps=1e-6,
+        max_seq_len=64,
+        tie_embeddings=tie,
     )
     ours = Transformer(args)
     save_hf(ours, tmp_path)
@@ -145,8 +160,16 @@ def test_dense_round_trip_is_exact(hf, tmp_path, tokens):
 def test_low_rank_round_trip_is_exact(tmp_path, tokens, linear, grouped):
     torch.manual_seed(0)
     args = ModelArgs(
-        dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=128, ffn_dim=176, linear=linear, rank=16,
-        group_linears=grouped, max_seq_len=64,
+        dim=64,
+        n_layers=2,
+        n_heads=4,
+        n_kv_heads=2,
+        vocab_size=128,
+        ffn_dim=176,
+        linear=linear,
+        rank=16,
+        group_linears=grouped,
+        max_seq_len=64,
     )
     ours = Transformer(args)
     save_hf(ours, tmp_path)
@@ -177,7 +200,11 @@ def test_cli_import_and_export(hf, tmp_path, tokens, capsys):
     # Two subprocesses only: each pays torchtitan's import (~5-8 s); the error path runs in-process.
     model, path = hf
     run = lambda *a: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "boost.interop", *map(str, a)], cwd=ROOT, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "boost.interop", *map(str, a)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     out = run("import", path, "--linear", "cola", "--rank", "8", "--out", tmp_path / "cola")
     assert out.returncode == 0, out.stderr
@@ -216,9 +243,13 @@ def test_cli_names_the_bad_file_tensor_or_argument(hf, tmp_path, capsys):
     (broken / "config.json").write_text(json.dumps({**config, "intermediate_size": 160}))
     (broken / "model.safetensors").write_bytes(good)
     err = _import_error(capsys, broken, "--out", tmp_path / "out_shape")
-    assert "tensor model.layers.0.mlp.gate_proj.weight has shape (176, 64), config.json implies (160, 64)" in err
+    assert (
+        "tensor model.layers.0.mlp.gate_proj.weight has shape (176, 64), config.json implies (160, 64)" in err
+    )
     (broken / "config.json").write_text('{"model_type": "llama", ')
-    assert f"{broken / 'config.json'} is not valid JSON" in _import_error(capsys, broken, "--out", tmp_path / "o")
+    assert f"{broken / 'config.json'} is not valid JSON" in _import_error(
+        capsys, broken, "--out", tmp_path / "o"
+    )
     existing = tmp_path / "a_file"
     existing.write_text("")
     assert f"--out {existing} is an existing file" in _import_error(capsys, path, "--out", existing)

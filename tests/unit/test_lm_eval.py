@@ -21,7 +21,11 @@ from boost.trained_run import load_tokenizer  # noqa: E402
 from tests.trained_runs import offline_tokenizer_dir  # noqa: E402
 
 # Each shorter than the exported max_position_embeddings (64), so lm-eval scores it in one window.
-DOCS = ["def área(r):\n    return 3.14159 * r * r  # π r²\n", "import os\nprint(os.getcwd())\n", "x = [i * i for i in range(9)]\n"]
+DOCS = [
+    "def área(r):\n    return 3.14159 * r * r  # π r²\n",
+    "import os\nprint(os.getcwd())\n",
+    "x = [i * i for i in range(9)]\n",
+]
 
 
 @pytest.mark.lm_eval
@@ -37,9 +41,15 @@ def test_lm_eval_bits_per_byte_match_boost(tmp_path):
     data.write_text("".join(json.dumps({"text": d}) + "\n" for d in DOCS))
     theirs = evaluate_local_text(tmp_path / "hf", data)
     # lm-eval: each document alone, [BOS] text, every text token predicted, no EOS.
-    ours = [score(model, [tokenizer.encode(d)], token_byte_lengths(tokenizer), batch_size=1, progress=False) for d in DOCS]
+    ours = [
+        score(model, [tokenizer.encode(d)], token_byte_lengths(tokenizer), batch_size=1, progress=False)
+        for d in DOCS
+    ]
     nll_bits = sum(s.loss * s.tokens for s in ours) / math.log(2)
     n_bytes = sum(len(d.encode("utf-8")) for d in DOCS)
     assert sum(s.bytes for s in ours) == n_bytes
-    assert math.isclose(theirs["bits_per_byte"], nll_bits / n_bytes, rel_tol=1e-5), (theirs, nll_bits / n_bytes)
+    assert math.isclose(theirs["bits_per_byte"], nll_bits / n_bytes, rel_tol=1e-5), (
+        theirs,
+        nll_bits / n_bytes,
+    )
     assert math.isclose(theirs["byte_perplexity"], 2 ** (nll_bits / n_bytes), rel_tol=1e-5)

@@ -18,7 +18,11 @@ def closed_form_params(args: ModelArgs) -> int:
     if args.n_heads == args.kv_heads:
         block = 8 * d * r + 3 * r * (d + f) if args.low_rank else 4 * d * d + 3 * d * f
     else:  # GQA: k and v project to kv < d
-        block = (6 * d * r + 2 * r * kv + 3 * r * (d + f)) if args.low_rank else (2 * d * d + 2 * d * kv + 3 * d * f)
+        block = (
+            (6 * d * r + 2 * r * kv + 3 * r * (d + f))
+            if args.low_rank
+            else (2 * d * d + 2 * d * kv + 3 * d * f)
+        )
     return l * (block + 2 * d) + 2 * v * d + d  # + per-layer norms, untied embedding and head, final norm
 
 
@@ -136,12 +140,16 @@ def test_only_lr_act_reaches_the_model_from_the_toml():
 
     small_vocab = ["--boost.tokenizer_vocab_size", "512"]  # the tokenizer is trained here: keep it quick
     for name, want_rank, want_act in (("60M", 128, False), ("130M", 256, False), ("350M", 256, True)):
-        job = check_job(["--job.config_file", str(ROOT / "train_configs" / f"{name}.toml"), *small_vocab], world_size=1)
+        job = check_job(
+            ["--job.config_file", str(ROOT / "train_configs" / f"{name}.toml"), *small_vocab], world_size=1
+        )
         args = JobModelArgs.from_flavor(name)
         args.update_from_config(job)
         assert (args.rank, args.only_lr_act) == (want_rank, want_act), name
-    job = check_job(["--job.config_file", str(ROOT / "train_configs" / "60M.toml"), *small_vocab, "--boost.only_lr_act"],
-                    world_size=1)
+    job = check_job(
+        ["--job.config_file", str(ROOT / "train_configs" / "60M.toml"), *small_vocab, "--boost.only_lr_act"],
+        world_size=1,
+    )
     args = JobModelArgs.from_flavor("60M")
     args.update_from_config(job)
     assert args.only_lr_act and not FeedForward(args).gate_act

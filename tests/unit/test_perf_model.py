@@ -12,6 +12,8 @@ import runpy
 import pytest
 
 from boost.comm_volume import per_layer
+from boost.layout_planner import enumerate_layouts
+from boost.layout_planner import main as plan_main
 from boost.perf_model import (
     A100,
     collective_time,
@@ -19,7 +21,6 @@ from boost.perf_model import (
     paper_table,
     predict_step_time,
 )
-from boost.layout_planner import enumerate_layouts, main as plan_main
 
 # Cells the model cannot bring within 15% with one shared set of physical constants (the minimax
 # fit's optimum is ≈17.7%): the vanilla column at 1B/TP1, 3B/TP2 and 13B/TP4xPP2. No single wrong
@@ -59,8 +60,7 @@ def test_paper_comm_row_within_15_percent():
 
 @pytest.mark.parametrize("flavor,tp", [("3B", 2), ("7B", 4), ("13B", 4), ("30B", 8)])
 def test_btp_fastest_with_tensor_parallelism(flavor, tp):
-    times = {s: predict_step_time(flavor, s, tp, 1, **PAPER_RUN)
-             for s in ("btp", "vanilla", "megatron")}
+    times = {s: predict_step_time(flavor, s, tp, 1, **PAPER_RUN) for s in ("btp", "vanilla", "megatron")}
     assert times["btp"] < times["vanilla"] and times["btp"] < times["megatron"], times
 
 
@@ -96,16 +96,29 @@ def test_pipeline_bubble_and_checkpointing_cost():
     assert none < lowrank < full  # full AC also repeats the forward collectives
 
 
-@pytest.mark.parametrize("scheme,sequence_parallel,width", [
-    ("btp", False, 5120 // 4), ("vanilla", False, 5120), ("megatron", False, 5120),
-    ("megatron", True, 5120 // 4),
-])
+@pytest.mark.parametrize(
+    "scheme,sequence_parallel,width",
+    [
+        ("btp", False, 5120 // 4),
+        ("vanilla", False, 5120),
+        ("megatron", False, 5120),
+        ("megatron", True, 5120 // 4),
+    ],
+)
 def test_pipeline_transfer_is_the_residual_a_rank_holds(scheme, sequence_parallel, width):
     # 13B (d = 5120) at TP4 × PP2, one micro-batch: the boundary carries the residual as a rank holds it,
     # d/t under btp, d under vanilla and megatron, and s/t × d under megatron's sequence parallel; 2 bytes
     # each, forward and its gradient back, over the m + p - 1 = 2 pipeline ticks
-    parts = predict_step_time("13B", scheme, 4, 2, **PAPER_RUN, num_microbatches=1,
-                              sequence_parallel=sequence_parallel, breakdown=True)
+    parts = predict_step_time(
+        "13B",
+        scheme,
+        4,
+        2,
+        **PAPER_RUN,
+        num_microbatches=1,
+        sequence_parallel=sequence_parallel,
+        breakdown=True,
+    )
     assert parts["p2p"] == pytest.approx(2 * 2 * (4 * 4096 * width) * 2 / A100.bus_bw)
 
 
@@ -161,8 +174,9 @@ PLANNED = [("1B", 8, "svd"), ("13B", 32, "lax"), ("30B", 32, "full")]
 def _accepted(flavor: str, gpus: int, linear: str, overrides: str):
     from torchtitan_ext.preflight import check_job
 
-    return check_job(["--job.config_file", f"train_configs/{flavor}.toml", *overrides.split()],
-                     world_size=gpus)
+    return check_job(
+        ["--job.config_file", f"train_configs/{flavor}.toml", *overrides.split()], world_size=gpus
+    )
 
 
 def test_every_printed_layout_is_accepted_by_validation(capsys):
@@ -176,7 +190,10 @@ def test_every_printed_layout_is_accepted_by_validation(capsys):
     # and every row of the 7B table (btp and vanilla, with and without PP, each AC mode)
     for layout in enumerate_layouts("7B", 16, "a100", linear="cola")[:10]:
         job = _accepted("7B", 16, "cola", layout.overrides("cola", max(1, layout.pp), 4, 4096))
-        assert (job.parallelism.tensor_parallel_degree, job.parallelism.pipeline_parallel_degree,
-                job.boost.tp_scheme, job.boost.activation_checkpoint) == (layout.tp, layout.pp, layout.scheme,
-                                                                          layout.ac)
+        assert (
+            job.parallelism.tensor_parallel_degree,
+            job.parallelism.pipeline_parallel_degree,
+            job.boost.tp_scheme,
+            job.boost.activation_checkpoint,
+        ) == (layout.tp, layout.pp, layout.scheme, layout.ac)
         assert job.boost.group_linears == (layout.scheme != "vanilla")

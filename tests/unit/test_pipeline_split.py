@@ -16,10 +16,15 @@ from torchtitan_ext.infra.pipeline import _model_part, _stage_indices
 N_LAYERS = 8
 
 
-@pytest.mark.parametrize("schedule,stages_per_rank,v_shaped", [
-    ("1F1B", 1, False), ("Interleaved1F1B", 2, False), ("Interleaved1F1B", 3, False),
-    ("ZBVZeroBubble", 2, True),
-])
+@pytest.mark.parametrize(
+    "schedule,stages_per_rank,v_shaped",
+    [
+        ("1F1B", 1, False),
+        ("Interleaved1F1B", 2, False),
+        ("Interleaved1F1B", 3, False),
+        ("ZBVZeroBubble", 2, True),
+    ],
+)
 @pytest.mark.parametrize("pp", [2, 3])
 def test_fork_splits_as_torchtitan_does(schedule: str, stages_per_rank: int, v_shaped: bool, pp: int):
     num_stages = pp * stages_per_rank

@@ -29,38 +29,100 @@ CASES = [
     (["--boost.norm", "layer"], 1, "boost.norm = 'layer': choose one of"),
     (["--boost.tp_scheme", "ring"], 1, "boost.tp_scheme = 'ring': choose one of"),
     (["--boost.activation_checkpoint", "selective"], 1, "boost.activation_checkpoint = 'selective'"),
-    (["--parallelism.tensor_parallel_degree", "3", "--parallelism.data_parallel_shard_degree", "1"], 3,
-     "parallelism.tensor_parallel_degree = 3: must divide n_heads = 8"),
-    (["--parallelism.tensor_parallel_degree", "8", "--parallelism.data_parallel_shard_degree", "1"], 8,
-     "parallelism.tensor_parallel_degree = 8: must divide kv_heads = 4"),
-    (["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "2"], 2,
-     "parallelism.data_parallel_shard_degree = 2: tp×pp×dp_replicate×cp×dp_shard = 4 must equal the world size 2"),
+    (
+        ["--parallelism.tensor_parallel_degree", "3", "--parallelism.data_parallel_shard_degree", "1"],
+        3,
+        "parallelism.tensor_parallel_degree = 3: must divide n_heads = 8",
+    ),
+    (
+        ["--parallelism.tensor_parallel_degree", "8", "--parallelism.data_parallel_shard_degree", "1"],
+        8,
+        "parallelism.tensor_parallel_degree = 8: must divide kv_heads = 4",
+    ),
+    (
+        ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "2"],
+        2,
+        "parallelism.data_parallel_shard_degree = 2: tp×pp×dp_replicate×cp×dp_shard = 4 must equal the world size 2",
+    ),
     (["--parallelism.tensor_parallel_degree", "2"], 3, "must divide the world size 3"),
-    (["--parallelism.pipeline_parallel_degree", "8", "--parallelism.data_parallel_shard_degree", "1"], 8,
-     "more stages than the 4 layers"),
+    (
+        ["--parallelism.pipeline_parallel_degree", "8", "--parallelism.data_parallel_shard_degree", "1"],
+        8,
+        "more stages than the 4 layers",
+    ),
     (["--boost.linear", "lax", "--parallelism.pipeline_parallel_degree", "2"], 2, "lax carries latents"),
-    (["--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_microbatch_size", "2",
-      "--validation.local_batch_size", "3"], 2,
-     "validation.local_batch_size = 3: must split into the pipeline's 4 micro-batches"),
-    (["--parallelism.pipeline_parallel_degree", "2", "--training.local_batch_size", "1"], 2,
-     "training.local_batch_size = 1: with parallelism.pipeline_parallel_microbatch_size = 1 that is 1 micro-batch, "
-     "fewer than the 2 stages of schedule 1F1B, which needs one per stage: raise training.local_batch_size to at least 2"),
-    (["--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule", "Interleaved1F1B",
-      "--training.local_batch_size", "9"], 2,
-     "training.local_batch_size = 9: with parallelism.pipeline_parallel_microbatch_size = 1 that is 9 micro-batches, "
-     "which schedule Interleaved1F1B cannot split into n // pp = 4 equal rounds: make the micro-batch count a multiple "
-     "of pp = 2, or below 4"),
-    (["--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_layers_per_stage", "1"], 2,
-     "parallelism.pipeline_parallel_layers_per_stage = 1: gives 3 stages per rank; schedule 1F1B runs one: leave it "
-     "unset, or choose a multi-stage schedule"),
-    (["--boost.linear", "full", "--parallelism.tensor_parallel_degree", "2"], 2, 'uses tp_scheme = "megatron"'),
-    (["--boost.tp_scheme", "megatron", "--parallelism.tensor_parallel_degree", "2"], 2, "megatron is the dense baseline"),
-    (["--boost.tokenizer_vocab_size", "2047", "--parallelism.tensor_parallel_degree", "2"], 2,
-     "boost.tokenizer_vocab_size = 2047: must be divisible by the TP degree 2"),
-    (["--training.dataset", "local", "--training.dataset_path", "/nonexistent/corpus"], 1,
-     "training.dataset_path = '/nonexistent/corpus': does not exist"),
+    (
+        [
+            "--parallelism.pipeline_parallel_degree",
+            "2",
+            "--parallelism.pipeline_parallel_microbatch_size",
+            "2",
+            "--validation.local_batch_size",
+            "3",
+        ],
+        2,
+        "validation.local_batch_size = 3: must split into the pipeline's 4 micro-batches",
+    ),
+    (
+        ["--parallelism.pipeline_parallel_degree", "2", "--training.local_batch_size", "1"],
+        2,
+        "training.local_batch_size = 1: with parallelism.pipeline_parallel_microbatch_size = 1 that is 1 micro-batch, "
+        "fewer than the 2 stages of schedule 1F1B, which needs one per stage: raise "
+        "training.local_batch_size to at least 2",
+    ),
+    (
+        [
+            "--parallelism.pipeline_parallel_degree",
+            "2",
+            "--parallelism.pipeline_parallel_schedule",
+            "Interleaved1F1B",
+            "--training.local_batch_size",
+            "9",
+        ],
+        2,
+        "training.local_batch_size = 9: with parallelism.pipeline_parallel_microbatch_size = 1 "
+        "that is 9 micro-batches, "
+        "which schedule Interleaved1F1B cannot split into n // pp = 4 equal rounds: make the "
+        "micro-batch count a multiple "
+        "of pp = 2, or below 4",
+    ),
+    (
+        [
+            "--parallelism.pipeline_parallel_degree",
+            "2",
+            "--parallelism.pipeline_parallel_layers_per_stage",
+            "1",
+        ],
+        2,
+        "parallelism.pipeline_parallel_layers_per_stage = 1: gives 3 stages per rank; schedule 1F1B runs one: leave it "
+        "unset, or choose a multi-stage schedule",
+    ),
+    (
+        ["--boost.linear", "full", "--parallelism.tensor_parallel_degree", "2"],
+        2,
+        'uses tp_scheme = "megatron"',
+    ),
+    (
+        ["--boost.tp_scheme", "megatron", "--parallelism.tensor_parallel_degree", "2"],
+        2,
+        "megatron is the dense baseline",
+    ),
+    (
+        ["--boost.tokenizer_vocab_size", "2047", "--parallelism.tensor_parallel_degree", "2"],
+        2,
+        "boost.tokenizer_vocab_size = 2047: must be divisible by the TP degree 2",
+    ),
+    (
+        ["--training.dataset", "local", "--training.dataset_path", "/nonexistent/corpus"],
+        1,
+        "training.dataset_path = '/nonexistent/corpus': does not exist",
+    ),
     (["--training.dataset", "local"], 1, "training.dataset_path"),
-    (["--model.hf_assets_path", "/nonexistent/tokenizer"], 1, "model.hf_assets_path = '/nonexistent/tokenizer': holds no tokenizer.json"),
+    (
+        ["--model.hf_assets_path", "/nonexistent/tokenizer"],
+        1,
+        "model.hf_assets_path = '/nonexistent/tokenizer': holds no tokenizer.json",
+    ),
     (["--training.seq_len", "1"], 1, "training.seq_len = 1"),
     (["--training.steps", "0"], 1, "training.steps = 0"),
     (["--model.flavor", "2B"], 1, "model.flavor = '2B': choose one of"),
@@ -70,39 +132,99 @@ CASES = [
     (["--validation.freq", "0"], 1, "validation.freq = 0: must be at least 1"),
     (["--optimizer.lr", "-1"], 1, "optimizer.lr = -1.0: must lie in (0, ∞)"),
     (["--optimizer.name", "Foo"], 1, "optimizer.name = 'Foo': choose one of ('Adam', 'AdamW')"),
-    (["--training.global_batch_size", "10"], 1,
-     "training.global_batch_size = 10: must be -1 or a positive multiple of local_batch_size × data-parallel degree = 8 × 1"),
-    (["--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_microbatch_size", "3"], 2,
-     "parallelism.pipeline_parallel_microbatch_size = 3: must divide training.local_batch_size = 8"),
-    (["--boost.tp_scheme", "vanilla", "--boost.no-group-linears", "--boost.rank", "63",
-      "--parallelism.tensor_parallel_degree", "2"], 2, "boost.rank = 63: must be divisible by the TP degree 2"),
+    (
+        ["--training.global_batch_size", "10"],
+        1,
+        "training.global_batch_size = 10: must be -1 or a positive multiple of local_batch_size "
+        "× data-parallel degree = 8 × 1",
+    ),
+    (
+        [
+            "--parallelism.pipeline_parallel_degree",
+            "2",
+            "--parallelism.pipeline_parallel_microbatch_size",
+            "3",
+        ],
+        2,
+        "parallelism.pipeline_parallel_microbatch_size = 3: must divide training.local_batch_size = 8",
+    ),
+    (
+        [
+            "--boost.tp_scheme",
+            "vanilla",
+            "--boost.no-group-linears",
+            "--boost.rank",
+            "63",
+            "--parallelism.tensor_parallel_degree",
+            "2",
+        ],
+        2,
+        "boost.rank = 63: must be divisible by the TP degree 2",
+    ),
     ([], 0, "NGPU = 0: must be at least 1"),
-    (["--checkpoint.keep_latest_k", "1"], 1, "checkpoint.keep_latest_k = 1: use 0 to keep every checkpoint, or at least 2"),
+    (
+        ["--checkpoint.keep_latest_k", "1"],
+        1,
+        "checkpoint.keep_latest_k = 1: use 0 to keep every checkpoint, or at least 2",
+    ),
     (["--lr_scheduler.min_lr_factor", "1.5"], 1, "lr_scheduler.min_lr_factor = 1.5: must lie in [0, 1]"),
     (["--training.dataset", "c5"], 1, "training.dataset = 'c5': unknown dataset"),
-    (["--training.dataset_path", "corpus.jsonl"], 1,
-     "training.dataset_path = 'corpus.jsonl': the stdlib datasets read the interpreter's sources and would ignore it"),
-    (["--experimental.custom_import", "no.such.module"], 1, "experimental.custom_import = 'no.such.module': no such module"),
+    (
+        ["--training.dataset_path", "corpus.jsonl"],
+        1,
+        "training.dataset_path = 'corpus.jsonl': the stdlib datasets read the interpreter's "
+        "sources and would ignore it",
+    ),
+    (
+        ["--experimental.custom_import", "no.such.module"],
+        1,
+        "experimental.custom_import = 'no.such.module': no such module",
+    ),
     # Feature combinations
-    (["--parallelism.context_parallel_degree", "2"], 2, "parallelism.context_parallel_degree = 2: BOOST's Transformer does not"),
-    (["--activation_checkpoint.mode", "full", "--boost.activation_checkpoint", "lowrank"], 1,
-     "activation_checkpoint.mode = 'full': conflicts with boost.activation_checkpoint = 'lowrank'"),
-    (["--activation_checkpoint.mode", "selective"], 1,
-     "activation_checkpoint.mode = 'selective': BOOST's switch is boost.activation_checkpoint"),
-    (["--boost.no-group-linears", "--parallelism.tensor_parallel_degree", "2"], 2,
-     'boost.norm = \'online\': online RMSNorm rides in the one grouped down-projection that reads the norm; '
-     'ungrouped, several read it: set boost.norm = "sync", or boost.group_linears = true'),
-    (["--boost.tp_scheme", "vanilla", "--parallelism.tensor_parallel_degree", "2"], 2,
-     "boost.group_linears = True: vanilla TP shards the rank dim"),
-    (["--boost.sequence_parallel", "--parallelism.tensor_parallel_degree", "2"], 2,
-     "boost.sequence_parallel = True: only the megatron scheme has a sequence-parallel plan"),
+    (
+        ["--parallelism.context_parallel_degree", "2"],
+        2,
+        "parallelism.context_parallel_degree = 2: BOOST's Transformer does not",
+    ),
+    (
+        ["--activation_checkpoint.mode", "full", "--boost.activation_checkpoint", "lowrank"],
+        1,
+        "activation_checkpoint.mode = 'full': conflicts with boost.activation_checkpoint = 'lowrank'",
+    ),
+    (
+        ["--activation_checkpoint.mode", "selective"],
+        1,
+        "activation_checkpoint.mode = 'selective': BOOST's switch is boost.activation_checkpoint",
+    ),
+    (
+        ["--boost.no-group-linears", "--parallelism.tensor_parallel_degree", "2"],
+        2,
+        "boost.norm = 'online': online RMSNorm rides in the one grouped down-projection that reads the norm; "
+        'ungrouped, several read it: set boost.norm = "sync", or boost.group_linears = true',
+    ),
+    (
+        ["--boost.tp_scheme", "vanilla", "--parallelism.tensor_parallel_degree", "2"],
+        2,
+        "boost.group_linears = True: vanilla TP shards the rank dim",
+    ),
+    (
+        ["--boost.sequence_parallel", "--parallelism.tensor_parallel_degree", "2"],
+        2,
+        "boost.sequence_parallel = True: only the megatron scheme has a sequence-parallel plan",
+    ),
     # The command line, read against the same annotations before torchtitan's parser sees it
     (["--training.steps", "abc"], 1, "command line: --training.steps 'abc': expected int"),
-    (["--training.stepz", "3"], 1,
-     "command line: --training.stepz 3: unknown option; did you mean --training.steps?"),
-    (["--boost.group_linears", "false"], 1,
-     "'false' follows --boost.group_linears, a flag that takes no value: write --boost.group_linears or "
-     "--boost.no-group-linears"),
+    (
+        ["--training.stepz", "3"],
+        1,
+        "command line: --training.stepz 3: unknown option; did you mean --training.steps?",
+    ),
+    (
+        ["--boost.group_linears", "false"],
+        1,
+        "'false' follows --boost.group_linears, a flag that takes no value: write --boost.group_linears or "
+        "--boost.no-group-linears",
+    ),
 ]
 
 # TOML edits of debug.toml ((old text, new text), ...) and the message: types are checked before torchtitan parses.
@@ -111,19 +233,36 @@ TOML_CASES = [
     ((("steps = 300", "steps = 4.5"),), "training.steps = 4.5: expected int, got float"),
     ((("steps = 300", "steps = true"),), "training.steps = True: expected int, got bool"),
     ((("rank_ratio = 0.25", 'rank_ratio = "0.25"'),), "boost.rank_ratio = '0.25': expected float, got str"),
-    ((("group_linears = true", 'group_linears = "yes"'),), "boost.group_linears = 'yes': expected bool, got str"),
-    ((("# The default job", "boost = 5\n# The default job"), ("[boost]", "[boost_section]")),
-     "boost = 5: [boost] is a section"),
+    (
+        (("group_linears = true", 'group_linears = "yes"'),),
+        "boost.group_linears = 'yes': expected bool, got str",
+    ),
+    (
+        (("# The default job", "boost = 5\n# The default job"), ("[boost]", "[boost_section]")),
+        "boost = 5: [boost] is a section",
+    ),
     ((("[boost]", "[boost.linear]"),), "boost.linear = {"),  # a section where a scalar belongs
-    ((("[training]", "[training]\nstepz = 3"),), "training.stepz: unknown field of [training]; did you mean 'steps'?"),
+    (
+        (("[training]", "[training]\nstepz = 3"),),
+        "training.stepz: unknown field of [training]; did you mean 'steps'?",
+    ),
     ((("[debug]", "[debugging]"),), "debugging: unknown section"),
-    ((('dtype = "float32"', 'dtype = "float16"'),), "training.dtype = 'float16': expected one of ('bfloat16', 'float32')"),
-    ((('decay_type = "cosine"', 'decay_type = "step"'),),
-     "lr_scheduler.decay_type = 'step': expected one of ('linear', 'sqrt', 'cosine')"),
-    ((('custom_config_module = "torchtitan_ext.config"', ""),),
-     "job.custom_config_module = '': the [boost] section needs it"),
-    ((('custom_config_module = "torchtitan_ext.config"', 'custom_config_module = "no_such_module"'),),
-     "job.custom_config_module = 'no_such_module': cannot be imported"),
+    (
+        (('dtype = "float32"', 'dtype = "float16"'),),
+        "training.dtype = 'float16': expected one of ('bfloat16', 'float32')",
+    ),
+    (
+        (('decay_type = "cosine"', 'decay_type = "step"'),),
+        "lr_scheduler.decay_type = 'step': expected one of ('linear', 'sqrt', 'cosine')",
+    ),
+    (
+        (('custom_config_module = "torchtitan_ext.config"', ""),),
+        "job.custom_config_module = '': the [boost] section needs it",
+    ),
+    (
+        (('custom_config_module = "torchtitan_ext.config"', 'custom_config_module = "no_such_module"'),),
+        "job.custom_config_module = 'no_such_module': cannot be imported",
+    ),
 ]
 
 
@@ -163,7 +302,9 @@ def test_type_matching_follows_the_annotation():
     assert matches(1, float) and not matches(True, int) and not matches(True, float) and not matches(1.0, int)
     assert matches("a", Literal["a", "b"]) and not matches(1, Literal["1"]) and not matches(True, Literal[1])
     assert matches(None, int | None) and matches(3, int | None) and not matches("3", int | None)
-    assert matches([["a"]], list[list[str]] | None) and not matches([[1]], list[list[str]]) and matches([], list)
+    assert (
+        matches([["a"]], list[list[str]] | None) and not matches([[1]], list[list[str]]) and matches([], list)
+    )
     assert matches({"a": 1}, dict[str, int]) and not matches({"a": "1"}, dict[str, int])
 
 
@@ -233,11 +374,27 @@ def test_command_line_reading_equals_torchtitans():
     rewritten = {"--job.custom_config_module", "--experimental.custom_args_module", "--model.tokenizer_path"}
     fields = {o.path: o for o in options(config_cls).values() if o.flag is not False}.values()
     every = [arg for option in fields if option.name not in rewritten for arg in _override_for(option)]
-    forms = ["--training.local-batch-size", "4", "--optimizer.lr=-1e-3", "--boost.no_group_linears",
-             "--boost.rank", "-5", "--training.steps", "3", "--training.steps=1_000", "--model.converters=",
-             "--debug.seed=None", "--training.dataset_path=--x", "--training.dataloader.num-workers=2",
-             "--training.max_norm", "-inf", "--parallelism.module_fqns_per_model_part",
-             "--lr-scheduler.total-steps", "None", "--"]
+    forms = [
+        "--training.local-batch-size",
+        "4",
+        "--optimizer.lr=-1e-3",
+        "--boost.no_group_linears",
+        "--boost.rank",
+        "-5",
+        "--training.steps",
+        "3",
+        "--training.steps=1_000",
+        "--model.converters=",
+        "--debug.seed=None",
+        "--training.dataset_path=--x",
+        "--training.dataloader.num-workers=2",
+        "--training.max_norm",
+        "-inf",
+        "--parallelism.module_fqns_per_model_part",
+        "--lr-scheduler.total-steps",
+        "None",
+        "--",
+    ]
     for overrides in (every, forms):
         argv = [*base, *overrides]
         toml_values = load_toml(CONFIG)
@@ -246,11 +403,14 @@ def test_command_line_reading_equals_torchtitans():
         assert ours == theirs, [k for k in theirs if ours[k] != theirs[k]]
 
 
-@pytest.mark.parametrize("content,message", [
-    (b"\x7fELF\x02\x01\x01\x00\x00\x00\xd0\x9e\xff", "not UTF-8 text (byte 12, line 1)"),
-    ("[job]\nx = 1\n".encode("utf-16"), "not UTF-8 text (byte 0, line 1)"),
-    (b"[job]\n\x00\x00\x00\n", "TOML syntax error"),
-])
+@pytest.mark.parametrize(
+    "content,message",
+    [
+        (b"\x7fELF\x02\x01\x01\x00\x00\x00\xd0\x9e\xff", "not UTF-8 text (byte 12, line 1)"),
+        ("[job]\nx = 1\n".encode("utf-16"), "not UTF-8 text (byte 0, line 1)"),
+        (b"[job]\n\x00\x00\x00\n", "TOML syntax error"),
+    ],
+)
 def test_toml_that_is_not_toml_names_the_file_and_place(tmp_path, content, message):
     bad = tmp_path / "binary.toml"
     bad.write_bytes(content)
@@ -284,8 +444,19 @@ def test_missing_config_file():
 def test_local_norm_warns_that_it_is_not_the_dense_model():
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        check_job(["--job.config_file", CONFIG, "--boost.norm", "local", "--parallelism.tensor_parallel_degree", "2",
-                   "--parallelism.data_parallel_shard_degree", "1"], 2)
+        check_job(
+            [
+                "--job.config_file",
+                CONFIG,
+                "--boost.norm",
+                "local",
+                "--parallelism.tensor_parallel_degree",
+                "2",
+                "--parallelism.data_parallel_shard_degree",
+                "1",
+            ],
+            2,
+        )
     assert any("NOT the dense" in str(w.message) for w in caught)
 
 
@@ -296,7 +467,10 @@ def test_every_shipped_config_is_valid_for_every_linear_kind():
     assert len(configs) == 9  # debug and one per flavor: the linear kind is an override
     for cfg in configs:
         values = load_toml(str(cfg))
-        world = values["parallelism"]["tensor_parallel_degree"] * values["parallelism"]["pipeline_parallel_degree"]
+        world = (
+            values["parallelism"]["tensor_parallel_degree"]
+            * values["parallelism"]["pipeline_parallel_degree"]
+        )
         check_job(["--job.config_file", str(cfg)], world)
         for kind in LINEAR_KINDS:
             overrides = linear_kind_overrides(kind, values)
@@ -309,39 +483,81 @@ def test_every_shipped_config_is_valid_for_every_linear_kind():
 
 def test_run_train_refuses_before_starting_any_process(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, NGPU="2")
-    proc = subprocess.run(["./run_train.sh", "--job.dump_folder", str(tmp_path), "--parallelism.tensor_parallel_degree", "3"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["./run_train.sh", "--job.dump_folder", str(tmp_path), "--parallelism.tensor_parallel_degree", "3"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "BOOST config error: parallelism" in proc.stderr
     assert not any(tmp_path.iterdir())  # nothing written
     # NGPU = 0 reaches the preflight (before the launcher's arithmetic divides by it): one line, no traceback.
-    proc = subprocess.run(["./run_train.sh", "--job.dump_folder", str(tmp_path)], cwd=ROOT,
-                          env=dict(env, NGPU="0"), capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        ["./run_train.sh", "--job.dump_folder", str(tmp_path)],
+        cwd=ROOT,
+        env=dict(env, NGPU="0"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
-    assert proc.stderr.strip().splitlines()[-1] == "BOOST config error: NGPU = 0: must be at least 1 (processes on this node)"
+    assert (
+        proc.stderr.strip().splitlines()[-1]
+        == "BOOST config error: NGPU = 0: must be at least 1 (processes on this node)"
+    )
 
 
 def test_run_train_uses_or_refuses_a_config_file_given_as_an_argument(tmp_path):
-    """``--job.config_file X`` (torchtitan's CLI form) is the config run_train.sh runs, never ignored for the default."""
-    env = {k: v for k, v in os.environ.items() if k != "CONFIG_FILE"} | {"PYTHON": sys.executable, "NGPU": "1"}
+    """``--job.config_file X`` (torchtitan's CLI form) is the config run_train.sh runs, never ignored for the
+    default."""
+    env = {k: v for k, v in os.environ.items() if k != "CONFIG_FILE"} | {
+        "PYTHON": sys.executable,
+        "NGPU": "1",
+    }
     # A config only this file makes invalid: its refusal shows the file is the one read.
     zero_steps = tmp_path / "zero_steps.toml"
-    zero_steps.write_text((ROOT / "train_configs" / "debug.toml").read_text().replace("steps = 300", "steps = 0"))
+    zero_steps.write_text(
+        (ROOT / "train_configs" / "debug.toml").read_text().replace("steps = 300", "steps = 0")
+    )
     missing = str(tmp_path / "missing.toml")
     expected = [
-        ({}, ["--job.config_file", str(zero_steps)], "BOOST config error: training.steps = 0: must be at least 1"),
-        ({}, [f"--job.config-file={missing}"],
-         f"BOOST config error: job.config_file = {missing!r}: no such file; pass an existing TOML (see train_configs/)"),
-        ({"CONFIG_FILE": missing}, [],
-         f"BOOST config error: job.config_file = {missing!r}: no such file; pass an existing TOML (see train_configs/)"),
-        ({"CONFIG_FILE": "train_configs/debug.toml"}, ["--job.config_file", str(zero_steps)],
-         f"BOOST config error: job.config_file = {str(zero_steps)!r}: a second config file, after "
-         f"'train_configs/debug.toml' (CONFIG_FILE, or an earlier --job.config_file); torchtitan reads the first "
-         f"alone: name one, as CONFIG_FILE={zero_steps} or --job.config_file {zero_steps}"),
+        (
+            {},
+            ["--job.config_file", str(zero_steps)],
+            "BOOST config error: training.steps = 0: must be at least 1",
+        ),
+        (
+            {},
+            [f"--job.config-file={missing}"],
+            f"BOOST config error: job.config_file = {missing!r}: no such file; pass an existing "
+            "TOML (see train_configs/)",
+        ),
+        (
+            {"CONFIG_FILE": missing},
+            [],
+            f"BOOST config error: job.config_file = {missing!r}: no such file; pass an existing "
+            "TOML (see train_configs/)",
+        ),
+        (
+            {"CONFIG_FILE": "train_configs/debug.toml"},
+            ["--job.config_file", str(zero_steps)],
+            f"BOOST config error: job.config_file = {str(zero_steps)!r}: a second config file, after "
+            f"'train_configs/debug.toml' (CONFIG_FILE, or an earlier --job.config_file); torchtitan reads the first "
+            f"alone: name one, as CONFIG_FILE={zero_steps} or --job.config_file {zero_steps}",
+        ),
     ]
     for extra_env, args, message in expected:
-        proc = subprocess.run(["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), *args], cwd=ROOT,
-                              env=env | extra_env, capture_output=True, text=True, timeout=120)
+        proc = subprocess.run(
+            ["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), *args],
+            cwd=ROOT,
+            env=env | extra_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert proc.returncode == 2, (args, proc.stderr[-2000:])
         assert proc.stderr.strip().splitlines() == [message]  # one line, before any process started
     assert not (tmp_path / "out").exists()
@@ -361,7 +577,15 @@ def test_pipeline_rules_accept_exactly_what_torchs_schedules_accept():
     disagreements, tried = [], 0
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
     try:
-        for name in ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", "InterleavedZeroBubble", "ZBVZeroBubble", "DualPipeV"):
+        for name in (
+            "1F1B",
+            "GPipe",
+            "Interleaved1F1B",
+            "LoopedBFS",
+            "InterleavedZeroBubble",
+            "ZBVZeroBubble",
+            "DualPipeV",
+        ):
             schedule = get_schedule_class(name)
             multi_stage = issubclass(schedule, PipelineScheduleMulti)
             for pp in (2, 4):
@@ -371,15 +595,22 @@ def test_pipeline_rules_accept_exactly_what_torchs_schedules_accept():
                     v_shape = name in ("ZBVZeroBubble", "DualPipeV") and per_rank == 2
                     rank0_stages = [0, stages - 1] if v_shape else list(range(0, stages, pp))
                     for n in range(1, 3 * stages + 2):
-                        built = [PipelineStage(torch.nn.Linear(2, 2), i, stages, torch.device("cpu"), group=group)
-                                 for i in rank0_stages]
+                        built = [
+                            PipelineStage(torch.nn.Linear(2, 2), i, stages, torch.device("cpu"), group=group)
+                            for i in rank0_stages
+                        ]
                         try:
-                            schedule(built if multi_stage else built[0], n_microbatches=n, loss_fn=lambda y, t: y.sum())
+                            schedule(
+                                built if multi_stage else built[0],
+                                n_microbatches=n,
+                                loss_fn=lambda y, t: y.sum(),
+                            )
                             accepted = True
                         except ValueError:
                             accepted = False
-                        problem = (pipeline_stages_problem(name, multi_stage, pp, stages)
-                                   or pipeline_microbatch_problem(name, n, 1, pp, stages))
+                        problem = pipeline_stages_problem(
+                            name, multi_stage, pp, stages
+                        ) or pipeline_microbatch_problem(name, n, 1, pp, stages)
                         tried += 1
                         if accepted != (problem is None):
                             disagreements.append((name, pp, per_rank, n, accepted, problem))

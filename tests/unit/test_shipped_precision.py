@@ -27,11 +27,21 @@ def test_shipped_toml_computes_in_bf16_at_its_header_ngpu(path):
     ngpu = _header_ngpu(path)
     job = check_job(["--job.config_file", str(path)], world_size=ngpu)
     p = job.parallelism
-    dims = ParallelDims(dp_replicate=p.data_parallel_replicate_degree, dp_shard=p.data_parallel_shard_degree,
-                        cp=p.context_parallel_degree, tp=p.tensor_parallel_degree, pp=p.pipeline_parallel_degree,
-                        ep=1, etp=1, world_size=ngpu)
+    dims = ParallelDims(
+        dp_replicate=p.data_parallel_replicate_degree,
+        dp_shard=p.data_parallel_shard_degree,
+        cp=p.context_parallel_degree,
+        tp=p.tensor_parallel_degree,
+        pp=p.pipeline_parallel_degree,
+        ep=1,
+        etp=1,
+        world_size=ngpu,
+    )
     assert job.training.mixed_precision_param == "bfloat16"
-    assert compute_precision(dims, job.training.mixed_precision_param).startswith("bfloat16"), (path.stem, dims)
+    assert compute_precision(dims, job.training.mixed_precision_param).startswith("bfloat16"), (
+        path.stem,
+        dims,
+    )
 
 
 def test_tp_without_fsdp_would_have_been_fp32_under_torchtitan_alone():

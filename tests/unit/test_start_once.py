@@ -37,9 +37,17 @@ class Held:
 def _save_step(checkpoint: Path, step: int, weight: float) -> None:
     """An intact step folder written at one data-parallel rank, as torchtitan lays it out (no identity)."""
     linear = {"weight": torch.full((2, 2), weight), "bias": torch.zeros(2)}
-    dcp.save({**linear, "dataloader": {"dp_rank_0": torch.tensor([step])}, "optimizer": {"m": torch.ones(1)},
-              "lr_scheduler": {"last": torch.ones(1)}, "train_state": {"step": torch.tensor(step)}},
-             checkpoint_id=checkpoint / f"step-{step}", no_dist=True)
+    dcp.save(
+        {
+            **linear,
+            "dataloader": {"dp_rank_0": torch.tensor([step])},
+            "optimizer": {"m": torch.ones(1)},
+            "lr_scheduler": {"last": torch.ones(1)},
+            "train_state": {"step": torch.tensor(step)},
+        },
+        checkpoint_id=checkpoint / f"step-{step}",
+        no_dist=True,
+    )
 
 
 def _job(dump: Path, world_size: int, *overrides: str):
@@ -57,8 +65,11 @@ def test_prepare_resume_plans_the_load_and_leaves_the_job_as_read(tmp_path):
     assert job == read and job.checkpoint.load_step == -1 and job.checkpoint.exclude_from_loading == []
     assert (plan.step, plan.skip_dataloader) == (4, True)
     assert [w.split(":")[0] for w in plan.warnings] == [
-        f"skipping checkpoint {checkpoint / 'step-6'}", "resuming from the newest intact checkpoint, step 4",
-        "warning", "warning"]
+        f"skipping checkpoint {checkpoint / 'step-6'}",
+        "resuming from the newest intact checkpoint, step 4",
+        "warning",
+        "warning",
+    ]
     assert "records no model identity" in plan.warnings[2]
     assert "data-parallel degree changed from 1 (checkpoint) to 2" in plan.warnings[3]
     # the same degree: the data position resumes; a fresh folder: nothing of the run to load
@@ -79,14 +90,20 @@ def test_torchtitans_manager_is_adopted_and_loads_the_plan_without_the_data_posi
     model = nn.Linear(2, 2)
     dataloader, train_state = Held(dp_rank_0=torch.tensor([-1])), Held(step=torch.tensor(0))
     built = CheckpointManager(
-        dataloader=dataloader, model_parts=[model], optimizers=Held(m=torch.zeros(1)),
-        lr_schedulers=Held(last=torch.zeros(1)), states={"train_state": train_state},
-        checkpoint_config=job.checkpoint, sd_adapter=None, base_folder=job.job.dump_folder,
+        dataloader=dataloader,
+        model_parts=[model],
+        optimizers=Held(m=torch.zeros(1)),
+        lr_schedulers=Held(last=torch.zeros(1)),
+        states={"train_state": train_state},
+        checkpoint_config=job.checkpoint,
+        sd_adapter=None,
+        base_folder=job.job.dump_folder,
     )
     purge_thread = built.purge_thread
     try:
-        manager = BoostCheckpointManager.adopt(built, model_identity=None,
-                                               resume_plan=ResumePlan(step=4, skip_dataloader=True))
+        manager = BoostCheckpointManager.adopt(
+            built, model_identity=None, resume_plan=ResumePlan(step=4, skip_dataloader=True)
+        )
         assert manager is built and type(manager) is BoostCheckpointManager
         assert manager.purge_thread is purge_thread and purge_thread.is_alive()  # started once, still the one
         assert manager.load(step=job.checkpoint.load_step)  # as torchtitan's train() calls it: -1

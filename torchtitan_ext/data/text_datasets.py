@@ -29,7 +29,7 @@ from torchtitan.components.tokenizer import BaseTokenizer
 from torchtitan.components.validate import BaseValidator, build_validator
 from torchtitan.config import JobConfig
 from torchtitan.hf_datasets import DatasetConfig
-from torchtitan.hf_datasets.text_datasets import build_text_dataloader, DATASETS, HuggingFaceTextDataset
+from torchtitan.hf_datasets.text_datasets import DATASETS, HuggingFaceTextDataset, build_text_dataloader
 from torchtitan.tools.logging import logger
 
 from boost.config_error import ConfigError, refuse
@@ -56,11 +56,12 @@ def _contiguous_shards(items: list, n: int) -> list[list]:
     dataset over data-parallel ranks (the first ``len(items) % n`` shards one longer)."""
     size, extra = divmod(len(items), n)
     bounds = [r * size + min(r, extra) for r in range(n + 1)]
-    return [items[bounds[r]:bounds[r + 1]] for r in range(n)]
+    return [items[bounds[r] : bounds[r + 1]] for r in range(n)]
 
 
-def check_dataset(name: str, dataset_path: str | None, section: str, dp_degree: int,
-                  batch_tokens: int | None = None) -> None:
+def check_dataset(
+    name: str, dataset_path: str | None, section: str, dp_degree: int, batch_tokens: int | None = None
+) -> None:
     """Refuse an unknown dataset, or a ``local`` corpus that is malformed or too small for the ranks.
 
     torchtitan gives each data-parallel rank a contiguous share of the documents; a rank with none
@@ -74,22 +75,34 @@ def check_dataset(name: str, dataset_path: str | None, section: str, dp_degree: 
         refuse(f"{section}.dataset", name, f"unknown dataset; choose one of {sorted(DATASETS)}")
     config_field = f"{section}.dataset_path"
     if name.lower() in ("stdlib", "stdlib_validation") and dataset_path:
-        refuse(config_field, dataset_path, f'the stdlib datasets read the interpreter\'s sources and would ignore it: '
-                                           f'set {section}.dataset = "local" to read it, or remove the path')
+        refuse(
+            config_field,
+            dataset_path,
+            f"the stdlib datasets read the interpreter's sources and would ignore it: "
+            f'set {section}.dataset = "local" to read it, or remove the path',
+        )
     if name.lower() != "local":
         return
     texts = read_local_corpus(dataset_path, config_field)
     if len(texts) < dp_degree:
-        refuse(config_field, dataset_path, f"holds {len(texts)} document(s), fewer than the data-parallel degree "
-                                          f"{dp_degree}: each data-parallel rank needs one; add documents or "
-                                          "lower the degree")
+        refuse(
+            config_field,
+            dataset_path,
+            f"holds {len(texts)} document(s), fewer than the data-parallel degree "
+            f"{dp_degree}: each data-parallel rank needs one; add documents or "
+            "lower the degree",
+        )
     if batch_tokens is not None:
         # Byte-level BPE: a token covers at least one UTF-8 byte, so bytes + BOS + EOS bound the tokens.
         most = min(sum(len(t.encode()) + 2 for t in shard) for shard in _contiguous_shards(texts, dp_degree))
         if most < batch_tokens:
-            refuse(config_field, dataset_path, f"a data-parallel rank's share holds at most {most} tokens, fewer than "
-                                              f"one {section} batch (local_batch_size × (seq_len + 1) = {batch_tokens}): "
-                                              f"add text, or lower {section}.local_batch_size or {section}.seq_len")
+            refuse(
+                config_field,
+                dataset_path,
+                f"a data-parallel rank's share holds at most {most} tokens, fewer than "
+                f"one {section} batch (local_batch_size × (seq_len + 1) = {batch_tokens}): "
+                f"add text, or lower {section}.local_batch_size or {section}.seq_len",
+            )
 
 
 def _sample_text(sample: dict) -> str:
@@ -146,8 +159,10 @@ def _refusing_empty_shards(source: str, dp_rank: int) -> Iterator[None]:
     try:
         yield
     except (_EmptyShard, IndexError):
-        raise ConfigError(f"{source}: data-parallel rank {dp_rank} got no document; add documents or lower the "
-                          "data-parallel degree") from None
+        raise ConfigError(
+            f"{source}: data-parallel rank {dp_rank} got no document; add documents or lower the "
+            "data-parallel degree"
+        ) from None
 
 
 class HeldOutTextDataset(HuggingFaceTextDataset):
@@ -187,13 +202,17 @@ def build_boost_validation_dataloader(
     )  # fmt: skip
 
 
-def build_boost_validator(*, job_config: JobConfig, dp_world_size: int, dp_rank: int, tokenizer: BaseTokenizer,
-                          **kwargs) -> BaseValidator:
+def build_boost_validator(
+    *, job_config: JobConfig, dp_world_size: int, dp_rank: int, tokenizer: BaseTokenizer, **kwargs
+) -> BaseValidator:
     """torchtitan's ``Validator`` scoring the same held-out batches at every validation (the
     loader torchtitan's builder made is replaced; the validation split is read twice at start-up)."""
-    validator = build_validator(job_config=job_config, dp_world_size=dp_world_size, dp_rank=dp_rank,
-                                tokenizer=tokenizer, **kwargs)
-    validator.validation_dataloader = build_boost_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config)
+    validator = build_validator(
+        job_config=job_config, dp_world_size=dp_world_size, dp_rank=dp_rank, tokenizer=tokenizer, **kwargs
+    )
+    validator.validation_dataloader = build_boost_validation_dataloader(
+        dp_world_size, dp_rank, tokenizer, job_config
+    )
     return validator
 
 

@@ -26,8 +26,14 @@ _TORCHTITAN_DEFAULT_ASSETS = "./tests/assets/tokenizer"
 def boost_tokenizer_dir(job_config: JobConfig) -> Path:
     """``model.hf_assets_path`` when it holds a ``tokenizer.json``, else the cached offline BPE's folder."""
     assets = job_config.model.hf_assets_path
-    if assets and assets != _TORCHTITAN_DEFAULT_ASSETS and not (Path(assets).expanduser() / "tokenizer.json").is_file():
-        logger.warning(f"model.hf_assets_path = {assets!r} holds no tokenizer.json; using the offline stdlib BPE")
+    if (
+        assets
+        and assets != _TORCHTITAN_DEFAULT_ASSETS
+        and not (Path(assets).expanduser() / "tokenizer.json").is_file()
+    ):
+        logger.warning(
+            f"model.hf_assets_path = {assets!r} holds no tokenizer.json; using the offline stdlib BPE"
+        )
     return tokenizer_dir(assets, job_config.boost.tokenizer_vocab_size, job_config.boost.cache_dir)
 
 
@@ -43,23 +49,35 @@ def check_tokenizer_assets(hf_assets_path: str, tp_degree: int) -> None:
     fallback = 'or set model.hf_assets_path = "" to train the offline BPE'
     tokenizer_json = folder / "tokenizer.json"
     if not tokenizer_json.is_file():
-        refuse("model.hf_assets_path", hf_assets_path, f"holds no tokenizer.json; point it at a tokenizer folder {fallback}")
+        refuse(
+            "model.hf_assets_path",
+            hf_assets_path,
+            f"holds no tokenizer.json; point it at a tokenizer folder {fallback}",
+        )
     try:
         tokenizer = Tokenizer.from_file(str(tokenizer_json))
     except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for any parse error
-        raise ConfigError(f"model.hf_assets_path: {tokenizer_json} does not parse as a tokenizers file "
-                          f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); replace it with one saved by "
-                          f"tokenizers' Tokenizer.save, {fallback}") from None
+        raise ConfigError(
+            f"model.hf_assets_path: {tokenizer_json} does not parse as a tokenizers file "
+            f"({str(e).splitlines()[0] if str(e) else type(e).__name__}); replace it with one saved by "
+            f"tokenizers' Tokenizer.save, {fallback}"
+        ) from None
     config_json = folder / "tokenizer_config.json"
     if config_json.is_file():
         try:
             json.loads(config_json.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
-            raise ConfigError(f"model.hf_assets_path: {config_json} is not valid JSON ({e}); fix or remove it") from None
+            raise ConfigError(
+                f"model.hf_assets_path: {config_json} is not valid JSON ({e}); fix or remove it"
+            ) from None
     vocab_size = tokenizer.get_vocab_size()
     if vocab_size % tp_degree:
-        refuse("model.hf_assets_path", hf_assets_path, f"its tokenizer has {vocab_size} tokens, which the TP degree "
-                                                      f"{tp_degree} does not divide (the embedding and head shard on it)")
+        refuse(
+            "model.hf_assets_path",
+            hf_assets_path,
+            f"its tokenizer has {vocab_size} tokens, which the TP degree "
+            f"{tp_degree} does not divide (the embedding and head shard on it)",
+        )
 
 
 @functools.cache

@@ -52,15 +52,20 @@ def resume_checkpoint(job) -> tuple[Path | None, int | None, list[tuple[int, str
         path = folder / f"step-{ckpt.load_step}"
         if not path.is_dir():
             steps = sorted(checkpoint_folders(folder))
-            fix = (f"the steps saved there are {steps}: pass one of those, or -1 for the newest" if steps
-                   else "it holds no checkpoint: leave checkpoint.load_step at -1 to start from scratch")
+            fix = (
+                f"the steps saved there are {steps}: pass one of those, or -1 for the newest"
+                if steps
+                else "it holds no checkpoint: leave checkpoint.load_step at -1 to start from scratch"
+            )
             raise CheckpointRefused(
                 f"BOOST checkpoint error: checkpoint.load_step = {ckpt.load_step}: there is no checkpoint "
                 f"{path.name} in {folder}; {fix}"
             )
         reason = inspect_checkpoint(path)
         if reason is not None:
-            raise CheckpointRefused(f"BOOST checkpoint error: checkpoint.load_step = {ckpt.load_step}: {path}: {reason}")
+            raise CheckpointRefused(
+                f"BOOST checkpoint error: checkpoint.load_step = {ckpt.load_step}: {path}: {reason}"
+            )
         return path, ckpt.load_step, []
     if not folder.exists():
         initial = ckpt.initial_load_path
@@ -85,8 +90,10 @@ def check_model_identity(checkpoint: Path, job) -> str | None:
     except ValueError as e:
         raise CheckpointRefused(f"BOOST checkpoint error: {e}") from None
     if saved is None:
-        return (f"{checkpoint} records no model identity (written before BOOST recorded one); resuming "
-                "without checking that it holds the model this job asks for")
+        return (
+            f"{checkpoint} records no model identity (written before BOOST recorded one); resuming "
+            "without checking that it holds the model this job asks for"
+        )
     wanted = planned_model_identity(job)
     if wanted is None:  # not a BOOST model: nothing to compare with
         return None
@@ -95,8 +102,10 @@ def check_model_identity(checkpoint: Path, job) -> str | None:
         raise CheckpointRefused("BOOST checkpoint error: " + describe_differences(checkpoint, differences))
     unrecorded = unrecorded_fields(saved, wanted)
     if unrecorded:
-        return (f"{checkpoint} records no {', '.join(unrecorded)} (written before BOOST recorded it); resuming "
-                "without checking it: the tokenizer must be the one the checkpoint was trained with")
+        return (
+            f"{checkpoint} records no {', '.join(unrecorded)} (written before BOOST recorded it); resuming "
+            "without checking it: the tokenizer must be the one the checkpoint was trained with"
+        )
     return None
 
 
@@ -121,8 +130,11 @@ def job_data_parallel_degree(job, world_size: int) -> int:
     """How many different batches a step of ``job`` reads at ``world_size`` (``boost.rules``)."""
     par = job.parallelism
     return data_parallel_degree(
-        world_size, tp=par.tensor_parallel_degree, pp=par.pipeline_parallel_degree,
-        cp=par.context_parallel_degree, dp_replicate=par.data_parallel_replicate_degree,
+        world_size,
+        tp=par.tensor_parallel_degree,
+        pp=par.pipeline_parallel_degree,
+        cp=par.context_parallel_degree,
+        dp_replicate=par.data_parallel_replicate_degree,
         dp_shard=par.data_parallel_shard_degree,
     )
 
@@ -177,7 +189,9 @@ def prepare_resume(job, world_size: int) -> ResumePlan:
     if moved:
         # torchtitan keeps one data position per DP rank and cannot reshard them (it asserts); model,
         # optimizer, LR schedule and step reshard through DCP.
-        say(f"warning: the data-parallel degree changed from {saved} (checkpoint) to {now}: the data position "
+        say(
+            f"warning: the data-parallel degree changed from {saved} (checkpoint) to {now}: the data position "
             "cannot be resharded, so every data-parallel rank starts its shard of the data from its beginning "
-            "(model, optimizer, LR schedule and step resume)")
+            "(model, optimizer, LR schedule and step resume)"
+        )
     return ResumePlan(step=load_step, skip_dataloader=moved, warnings=tuple(said))

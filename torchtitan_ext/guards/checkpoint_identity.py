@@ -52,10 +52,16 @@ _SET_BY = {
 _NOTES = {
     "vocab_size": "the vocabulary is the tokenizer's: boost.tokenizer_vocab_size, or model.hf_assets_path",
     "tokenizer": "the tokenizer's files differ: the same ids would mean other tokens; use the tokenizer the "
-                 "checkpoint was trained with (model.hf_assets_path, or boost.tokenizer_vocab_size and boost.cache_dir)",
+    "checkpoint was trained with (model.hf_assets_path, or boost.tokenizer_vocab_size and boost.cache_dir)",
 }
 # The files a Hugging Face tokenizer folder is read from (ids, merges, added and special tokens, BOS/EOS use).
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+)
 
 
 def tokenizer_fingerprint(folder: Path) -> str:
@@ -134,8 +140,10 @@ def read_identity(checkpoint: Path) -> dict | None:
     try:
         return json.loads(path.read_text())["model"]
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"{path} is not a BOOST model identity ({type(e).__name__}: {e}); restore it or "
-                         "delete it to resume unchecked") from None
+        raise ValueError(
+            f"{path} is not a BOOST model identity ({type(e).__name__}: {e}); restore it or "
+            "delete it to resume unchecked"
+        ) from None
 
 
 def identity_differences(saved: dict, wanted: dict) -> list[tuple[str, object, object]]:

@@ -45,8 +45,9 @@ class BoostCheckpointManager(CheckpointManager):
     resume_plan: ResumePlan
 
     @classmethod
-    def adopt(cls, manager: CheckpointManager, *, model_identity: dict | None,
-              resume_plan: ResumePlan) -> BoostCheckpointManager:
+    def adopt(
+        cls, manager: CheckpointManager, *, model_identity: dict | None, resume_plan: ResumePlan
+    ) -> BoostCheckpointManager:
         """``manager``, now of this class, with what it records and what it loads.
 
         Args:
@@ -95,13 +96,23 @@ class BoostCheckpointManager(CheckpointManager):
         self._async_wait()  # an async save must be on disk before the process ends
         return True
 
-    def dcp_save(self, state_dict, checkpoint_id: str, async_mode, enable_garbage_collection: bool = False,
-                 to_hf: bool = False):
+    def dcp_save(
+        self,
+        state_dict,
+        checkpoint_id: str,
+        async_mode,
+        enable_garbage_collection: bool = False,
+        to_hf: bool = False,
+    ):
         path = Path(checkpoint_id)
         step = checkpoint_step(path.name)
         # only the run's own step folders (not torchft's per-replica dataloader folders)
-        if self.model_identity is not None and step is not None and path.parent == Path(self.folder) \
-                and dist.get_rank() == 0:
+        if (
+            self.model_identity is not None
+            and step is not None
+            and path.parent == Path(self.folder)
+            and dist.get_rank() == 0
+        ):
             write_identity(path, self.model_identity, step)
         return super().dcp_save(state_dict, checkpoint_id, async_mode, enable_garbage_collection, to_hf)
 
@@ -117,9 +128,10 @@ class BoostCheckpointManager(CheckpointManager):
     def _purge_stale_checkpoints(self) -> None:
         if self.keep_latest_k <= 0 or dist.get_rank() != 0:
             return
-        if self.enable_ft_dataloader_checkpoints and not (self.ft_manager and self.ft_manager.participating_rank() == 0):
+        if self.enable_ft_dataloader_checkpoints and not (
+            self.ft_manager and self.ft_manager.participating_rank() == 0
+        ):
             return
         steps = sorted(checkpoint_folders(Path(self.folder)).items())
         for _, path in steps[: -self.keep_latest_k]:
             self.purge_queue.put(str(path))
-

@@ -52,8 +52,9 @@ class GracefulStop:
 
     def __init__(self, grace_s: float, check_every: int, device: torch.device | None = None) -> None:
         if grace_s <= 0 or check_every < 1:
-            raise ValueError(f"boost.stop_grace_s = {grace_s} must be > 0 and boost.stop_check_every = "
-                             f"{check_every} ≥ 1")
+            raise ValueError(
+                f"boost.stop_grace_s = {grace_s} must be > 0 and boost.stop_check_every = {check_every} ≥ 1"
+            )
         self.grace_s = grace_s
         self.check_every = check_every
         self.device = device
@@ -67,9 +68,11 @@ class GracefulStop:
         now = time.monotonic()
         if self.signum is None:
             self.signum, self._first_at = signum, now
-            _say(f"{signal.Signals(signum).name}: stopping at the next agreed step boundary "
-                 f"(within {self.check_every} steps or {self.grace_s:g} s) with a checkpoint; "
-                 f"signal again to stop at once without one")
+            _say(
+                f"{signal.Signals(signum).name}: stopping at the next agreed step boundary "
+                f"(within {self.check_every} steps or {self.grace_s:g} s) with a checkpoint; "
+                f"signal again to stop at once without one"
+            )
             self._watchdog = threading.Timer(self.grace_s, self._grace_exceeded)
             self._watchdog.daemon = True
             self._watchdog.start()
@@ -77,8 +80,11 @@ class GracefulStop:
             _leave(f"second {signal.Signals(signum).name}: stopped at once, without a checkpoint", signum)
 
     def _grace_exceeded(self) -> None:
-        _leave(f"boost.stop_grace_s = {self.grace_s:g} s passed before a step boundary: stopped without "
-               f"a checkpoint", self.signum)
+        _leave(
+            f"boost.stop_grace_s = {self.grace_s:g} s passed before a step boundary: stopped without "
+            f"a checkpoint",
+            self.signum,
+        )
 
     def agreed(self, step: int) -> bool:
         """Whether every rank stops after ``step``; a collective at multiples of ``check_every``."""

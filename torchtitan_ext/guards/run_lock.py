@@ -67,7 +67,8 @@ def _read_holder(fd: int) -> str:
 
 def _refusal(dump_folder: Path, holder: str) -> str:
     return (
-        f"BOOST run folder error: job.dump_folder = {str(dump_folder)!r} is in use by another trainer ({holder}). Two trainers in one "
-        f"folder overwrite each other's checkpoints. Wait for it to finish or stop it (kill that pid: torchrun's "
-        f"ranks outlive a killed run_train.sh), or train elsewhere with --job.dump_folder NEW_FOLDER."
+        f"BOOST run folder error: job.dump_folder = {str(dump_folder)!r} is in use by another trainer "
+        f"({holder}). Two trainers in one folder overwrite each other's checkpoints. Wait for it to finish "
+        "or stop it (kill that pid: torchrun's ranks outlive a killed run_train.sh), or train elsewhere "
+        "with --job.dump_folder NEW_FOLDER."
     )

@@ -1,1 +1,4 @@
-"""torchtitan's parallelize and pipeline functions for BOOST models (the train spec's ``parallelize_fn`` and ``pipelining_fn``)."""
+"""torchtitan's parallelize and pipeline functions for BOOST models.
+
+The train spec's ``parallelize_fn`` and ``pipelining_fn``.
+"""

@@ -17,7 +17,11 @@ from torch.distributed.tensor import DTensor, Shard
 from torchtitan.config import TORCH_DTYPE_MAP
 from torchtitan.distributed import ParallelDims
 from torchtitan.distributed.activation_checkpoint import apply_ac
-from torchtitan.models.llama3.infra.parallelize import apply_compile, apply_ddp, disable_fsdp_gradient_division
+from torchtitan.models.llama3.infra.parallelize import (
+    apply_compile,
+    apply_ddp,
+    disable_fsdp_gradient_division,
+)
 from torchtitan.tools.logging import logger
 
 import boost.parallel
@@ -35,23 +39,33 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
             loss_parallel=not job_config.parallelism.disable_loss_parallel,
             sequence_parallel=cfg.sequence_parallel,
         )
-        logger.info(f"Applied {cfg.tp_scheme} tensor parallelism (degree {parallel_dims.tp}, norm {cfg.norm})")
+        logger.info(
+            f"Applied {cfg.tp_scheme} tensor parallelism (degree {parallel_dims.tp}, norm {cfg.norm})"
+        )
 
     compile_model = job_config.compile.enable and "model" in job_config.compile.components
     # One switch: boost.activation_checkpoint (the preflight refuses torchtitan's own [activation_checkpoint]
     # mode beside it). "full" is torchtitan's whole-block AC, applied by torchtitan's own code.
     ac_mode = cfg.activation_checkpoint
     if ac_mode == "full" and compile_model:
-        boost.parallel.apply_compiled_full_ac(model)  # keeps attention: see boost.parallel.activation_checkpoint
-        logger.info("Applied full activation checkpointing to the model (attention output kept, for torch.compile)")
+        boost.parallel.apply_compiled_full_ac(
+            model
+        )  # keeps attention: see boost.parallel.activation_checkpoint
+        logger.info(
+            "Applied full activation checkpointing to the model (attention output kept, for torch.compile)"
+        )
     elif ac_mode == "full":
         # torchtitan's section with its mode set, as a copy: the job is read, never written
         ac_config = dataclasses.replace(job_config.activation_checkpoint, mode="full")
-        apply_ac(model, ac_config, model_compile_enabled=compile_model, base_folder=job_config.job.dump_folder)
+        apply_ac(
+            model, ac_config, model_compile_enabled=compile_model, base_folder=job_config.job.dump_folder
+        )
     elif ac_mode == "lowrank":
         boost.parallel.apply_lowrank_ac(model, compiled=compile_model)
-        logger.info("Applied low-rank activation checkpointing (%s)", "selective, for torch.compile" if compile_model
-                    else "record and replay")
+        logger.info(
+            "Applied low-rank activation checkpointing (%s)",
+            "selective, for torch.compile" if compile_model else "record and replay",
+        )
 
     if compile_model:
         apply_compile(model, job_config.compile)
@@ -77,7 +91,9 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
     # torchtitan's maybe_enable_amp says "Mixed precision training is disabled" for TP/PP without FSDP:
     # the shard-degree-1 wrap above is what holds the precision there
-    logger.info("BOOST computes in %s", compute_precision(parallel_dims, job_config.training.mixed_precision_param))
+    logger.info(
+        "BOOST computes in %s", compute_precision(parallel_dims, job_config.training.mixed_precision_param)
+    )
     return model
 
 
@@ -181,7 +197,10 @@ def apply_fsdp(
         fully_shard(block, **fsdp_config, reshard_after_forward=reshard_after_forward)
     # the last layers are prefetched right after the forward: torchtitan keeps them unsharded
     if model.norm is not None and model.output is not None:
-        fully_shard([model.norm, model.output], **fsdp_config,
-                    reshard_after_forward=reshard_after_forward_policy == "always")
+        fully_shard(
+            [model.norm, model.output],
+            **fsdp_config,
+            reshard_after_forward=reshard_after_forward_policy == "always",
+        )
     fully_shard(model, **fsdp_config)
     disable_fsdp_gradient_division(model)

@@ -83,21 +83,35 @@ class StaticShapeStage(PipelineStage):
     stages when it switches between ``step`` and ``eval``, and this stage swaps its set then.
     """
 
-    def __init__(self, submodule: nn.Module, stage_index: int, num_stages: int, device: torch.device,
-                 training: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]],
-                 validation: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]],
-                 group: dist.ProcessGroup) -> None:
+    def __init__(
+        self,
+        submodule: nn.Module,
+        stage_index: int,
+        num_stages: int,
+        device: torch.device,
+        training: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]],
+        validation: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]],
+        group: dist.ProcessGroup,
+    ) -> None:
         inputs, outputs = training
         last = stage_index == num_stages - 1
-        super().__init__(submodule, stage_index, num_stages, device, input_args=inputs, output_args=outputs,
-                         input_grads=tuple(_grad_of(x) for x in inputs),
-                         # the last stage's logits get no gradient from a next stage: the loss is taken here
-                         output_grads=tuple(None if last else _grad_of(y) for y in outputs),
-                         group=group)
+        super().__init__(
+            submodule,
+            stage_index,
+            num_stages,
+            device,
+            input_args=inputs,
+            output_args=outputs,
+            input_grads=tuple(_grad_of(x) for x in inputs),
+            # the last stage's logits get no gradient from a next stage: the loss is taken here
+            output_grads=tuple(None if last else _grad_of(y) for y in outputs),
+            group=group,
+        )
         self._training_meta = self._user_meta
         # no backward in validation: torch needs no gradient shapes then, DTensors included
-        self._validation_meta = _StageMeta(inputs=extract_tensor_metas(validation[0]),
-                                           outputs=extract_tensor_metas(validation[1]))
+        self._validation_meta = _StageMeta(
+            inputs=extract_tensor_metas(validation[0]), outputs=extract_tensor_metas(validation[1])
+        )
 
     def _prepare_forward_infra(self, num_microbatches, args, kwargs=None, has_backward=False):
         self._user_meta = self._training_meta if has_backward else self._validation_meta
@@ -140,9 +154,16 @@ def _grad_of(x: torch.Tensor) -> torch.Tensor | None:
     return torch.empty_like(x, requires_grad=False) if x.requires_grad else None
 
 
-def stage_examples(stage_index: int, num_stages: int, micro_batch: int, seq_len: int, training: bool,
-                   job_config: JobConfig, parallel_dims: ParallelDims, model_args: BaseModelArgs
-                   ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
+def stage_examples(
+    stage_index: int,
+    num_stages: int,
+    micro_batch: int,
+    seq_len: int,
+    training: bool,
+    job_config: JobConfig,
+    parallel_dims: ParallelDims,
+    model_args: BaseModelArgs,
+) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
     """``(inputs, outputs)`` of one stage for one micro-batch, as meta tensors (module docstring's table)."""
     cfg = job_config.boost
     tp = parallel_dims.tp if parallel_dims.tp_enabled else 1
@@ -157,9 +178,14 @@ def stage_examples(stage_index: int, num_stages: int, micro_batch: int, seq_len:
         return (inputs,), (hidden,)
     if tp > 1 and not job_config.parallelism.disable_loss_parallel:
         local = torch.empty(micro_batch, seq_len, vocab // tp, dtype=dtype, device="meta")
-        logits = DTensor.from_local(local, parallel_dims.get_mesh("tp"), [Shard(-1)], run_check=False,
-                                    shape=torch.Size((micro_batch, seq_len, vocab)),
-                                    stride=(seq_len * vocab, vocab, 1))
+        logits = DTensor.from_local(
+            local,
+            parallel_dims.get_mesh("tp"),
+            [Shard(-1)],
+            run_check=False,
+            shape=torch.Size((micro_batch, seq_len, vocab)),
+            stride=(seq_len * vocab, vocab, 1),
+        )
     else:
         logits = torch.empty(micro_batch, seq_len, vocab, dtype=dtype, device="meta")
     return (inputs,), (logits,)
@@ -192,8 +218,9 @@ class PerTokenSchedule:
     it are the trainer's ``global_valid_tokens``.
     """
 
-    def __init__(self, job_config: JobConfig, stages: list[PipelineStage], loss_fn: LossFunction,
-                 batches_per_step: int) -> None:
+    def __init__(
+        self, job_config: JobConfig, stages: list[PipelineStage], loss_fn: LossFunction, batches_per_step: int
+    ) -> None:
         self.loss_fn = loss_fn
         self.batches_per_step = batches_per_step
         self.tokens = 1.0  # the step's global token count, set where the target is (the last stage's ranks)
@@ -208,8 +235,9 @@ class PerTokenSchedule:
     def eval(self, *args, target: torch.Tensor | None = None, losses: list | None = None, **kwargs) -> Any:
         return self._run_per_token(self.schedule.eval, args, kwargs, target, losses)
 
-    def _run_per_token(self, run: Callable, args: tuple, kwargs: dict, target: torch.Tensor | None,
-                       losses: list | None) -> Any:
+    def _run_per_token(
+        self, run: Callable, args: tuple, kwargs: dict, target: torch.Tensor | None, losses: list | None
+    ) -> Any:
         if target is not None:
             self.tokens = float(int((target != IGNORE_INDEX).sum()) * self.batches_per_step)
         out = run(*args, target=target, losses=losses, **kwargs)
@@ -243,9 +271,15 @@ def _model_part(whole: nn.Module, module_names: list[str]) -> nn.Module:
     return part
 
 
-def pipeline_boost(model: nn.Module, parallel_dims: ParallelDims, job_config: JobConfig, device: torch.device,
-                   model_args: BaseModelArgs, parallelize_fn: ParallelizeFunction, loss_fn: LossFunction
-                   ) -> tuple[PerTokenSchedule, list[nn.Module], bool, bool]:
+def pipeline_boost(
+    model: nn.Module,
+    parallel_dims: ParallelDims,
+    job_config: JobConfig,
+    device: torch.device,
+    model_args: BaseModelArgs,
+    parallelize_fn: ParallelizeFunction,
+    loss_fn: LossFunction,
+) -> tuple[PerTokenSchedule, list[nn.Module], bool, bool]:
     """torchtitan 0.2.2's ``pipeline_llm``, building BOOST's stages directly: the same stage count and
     fqn split (``generate_llm_fqn_per_model_part``, or ``parallelism.module_fqns_per_model_part``), each
     of this rank's parts parallelised by ``parallelize_fn`` and given its shapes in a ``StaticShapeStage``
@@ -266,15 +300,21 @@ def pipeline_boost(model: nn.Module, parallel_dims: ParallelDims, job_config: Jo
     first_less = par.pipeline_parallel_first_stage_less_layers
     last_less = par.pipeline_parallel_last_stage_less_layers
     module_names = par.module_fqns_per_model_part or generate_llm_fqn_per_model_part(
-        pipeline_stage_count(multi_stage, pp, n_layers, par.pipeline_parallel_layers_per_stage, first_less,
-                             last_less),
-        n_layers, first_less, last_less,
+        pipeline_stage_count(
+            multi_stage, pp, n_layers, par.pipeline_parallel_layers_per_stage, first_less, last_less
+        ),
+        n_layers,
+        first_less,
+        last_less,
     )
     num_stages = len(module_names)
     problem = pipeline_stages_problem(par.pipeline_parallel_schedule, multi_stage, pp, num_stages)
     if problem:  # the preflight refuses it first where pipeline_parallel_layers_per_stage sets the count
-        field = "module_fqns_per_model_part" if par.module_fqns_per_model_part \
+        field = (
+            "module_fqns_per_model_part"
+            if par.module_fqns_per_model_part
             else "pipeline_parallel_layers_per_stage"
+        )
         raise ValueError(f"parallelism.{field} = {getattr(par, field)}: {problem}")
     for i, names in enumerate(module_names):
         logger.debug(f"Stage {i}: {names}")
@@ -293,9 +333,12 @@ def pipeline_boost(model: nn.Module, parallel_dims: ParallelDims, job_config: Jo
     train_shape, eval_shape = _microbatch_shapes(job_config)
     stages = []
     for index, part in zip(indices, parts, strict=True):
-        examples = {training: stage_examples(index, num_stages, *shape, training, job_config, parallel_dims,
-                                             model_args)
-                    for training, shape in ((True, train_shape), (False, eval_shape))}
+        examples = {
+            training: stage_examples(
+                index, num_stages, *shape, training, job_config, parallel_dims, model_args
+            )
+            for training, shape in ((True, train_shape), (False, eval_shape))
+        }
         stages.append(stage_class(part, index, num_stages, device, examples[True], examples[False], group))
 
     # the trainer's global_valid_tokens: summed over the batch mesh, and over its gradient-accumulation steps

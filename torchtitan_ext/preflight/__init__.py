@@ -6,6 +6,13 @@ each value's type, ``command_line`` reads the overrides as torchtitan's parser w
 the table of range and combination rules (BOOST's own rules come from ``boost.rules``).
 """
 
-from torchtitan_ext.preflight.check import ConfigError, check_config, check_job, load_toml, main, world_size_from_env
+from torchtitan_ext.preflight.check import (
+    ConfigError,
+    check_config,
+    check_job,
+    load_toml,
+    main,
+    world_size_from_env,
+)
 
 __all__ = ["ConfigError", "check_config", "check_job", "load_toml", "main", "world_size_from_env"]

@@ -56,8 +56,10 @@ def load_toml(path: str) -> dict[str, Any]:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
         line = raw.count(b"\n", 0, e.start) + 1
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}, line {line}); a TOML file is UTF-8 text: "
-                          "re-save it as UTF-8, or pass the right file") from None
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte {e.start}, line {line}); a TOML file is UTF-8 text: "
+            "re-save it as UTF-8, or pass the right file"
+        ) from None
     try:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -72,13 +74,20 @@ def _config_file_argument(argv: list[str]) -> str | None:
         key, _, value = arg.partition("=")
         if key in CONFIG_FILE_FLAGS:
             if not value and i + 1 >= len(argv):
-                refuse("job.config_file", None, "the flag needs a path: --job.config_file train_configs/debug.toml")
+                refuse(
+                    "job.config_file",
+                    None,
+                    "the flag needs a path: --job.config_file train_configs/debug.toml",
+                )
             found.append(value or argv[i + 1])
     for other in found[1:]:
         if os.path.realpath(other) != os.path.realpath(found[0]):
-            refuse("job.config_file", other,
-                   f"a second config file, after {found[0]!r} (CONFIG_FILE, or an earlier --job.config_file); "
-                   f"torchtitan reads the first alone: name one, as CONFIG_FILE={other} or --job.config_file {other}")
+            refuse(
+                "job.config_file",
+                other,
+                f"a second config file, after {found[0]!r} (CONFIG_FILE, or an earlier --job.config_file); "
+                f"torchtitan reads the first alone: name one, as CONFIG_FILE={other} or --job.config_file {other}",
+            )
     return found[0] if found else None
 
 
@@ -86,15 +95,29 @@ def _job_config_class(argv: list[str], toml_values: dict, config_file: str | Non
     """torchtitan's JobConfig merged with ``job.custom_config_module``'s, as the trainer will build it."""
     try:
         return merged_job_config_class(argv, toml_values)
-    except (ImportError, AttributeError, TypeError, ValueError) as e:  # not a module name, or no JobConfig in it
-        module = next((a.partition("=")[2] or argv[i + 1] for i, a in enumerate(argv)
-                       if a.partition("=")[0] in ("--job.custom_config_module", "--job.custom-config-module")
-                       and (("=" in a) or i + 1 < len(argv))), None)
+    except (
+        ImportError,
+        AttributeError,
+        TypeError,
+        ValueError,
+    ) as e:  # not a module name, or no JobConfig in it
+        module = next(
+            (
+                a.partition("=")[2] or argv[i + 1]
+                for i, a in enumerate(argv)
+                if a.partition("=")[0] in ("--job.custom_config_module", "--job.custom-config-module")
+                and (("=" in a) or i + 1 < len(argv))
+            ),
+            None,
+        )
         if module is None and isinstance(toml_values.get("job"), dict):
             module = toml_values["job"].get("custom_config_module")
         where = f" (in {config_file})" if config_file else ""
-        refuse("job.custom_config_module", module, f"cannot be imported as a JobConfig module ({e}); "
-                                                   f'set it to "{BOOST_CONFIG_MODULE}"{where}')
+        refuse(
+            "job.custom_config_module",
+            module,
+            f'cannot be imported as a JobConfig module ({e}); set it to "{BOOST_CONFIG_MODULE}"{where}',
+        )
 
 
 # torchtitan's dry-run modes: one process, rank 0 of NGPU on a fake process group (init_distributed).
@@ -128,8 +151,11 @@ def check_job(argv: list[str], world_size: int | None = None):
         check_table({k: v for k, v in toml_values.items() if k in known}, config_cls, source=config_file)
         if "boost" in toml_values and "boost" not in known:
             job_table = toml_values.get("job") if isinstance(toml_values.get("job"), dict) else {}
-            refuse("job.custom_config_module", job_table.get("custom_config_module", ""),
-                   f'the [boost] section needs it: set it to "{BOOST_CONFIG_MODULE}" (in {config_file})')
+            refuse(
+                "job.custom_config_module",
+                job_table.get("custom_config_module", ""),
+                f'the [boost] section needs it: set it to "{BOOST_CONFIG_MODULE}" (in {config_file})',
+            )
         check_table(toml_values, config_cls, source=config_file)
     if any(arg in HELP_FLAGS for arg in argv):
         return ConfigManager().parse_args(argv)  # tyro prints the help and exits
@@ -158,16 +184,21 @@ def job_values(config_cls: type, values: dict) -> SimpleNamespace:
     (``job.training.steps``), without building it."""
 
     def section(cls: type, default, table: dict) -> SimpleNamespace:
-        return SimpleNamespace(**{
-            name: section(hint, getattr(default, name), table.get(name, {})) if is_dataclass(hint)
-            else table.get(name, getattr(default, name))
-            for name, hint in field_types(cls).items()})
+        return SimpleNamespace(
+            **{
+                name: section(hint, getattr(default, name), table.get(name, {}))
+                if is_dataclass(hint)
+                else table.get(name, getattr(default, name))
+                for name, hint in field_types(cls).items()
+            }
+        )
 
     return section(config_cls, config_cls(), values)
 
 
-def _torchtitan_job(argv: list[str], config_cls: type, toml_values: dict, config_file: str | None,
-                    overrides: dict):
+def _torchtitan_job(
+    argv: list[str], config_cls: type, toml_values: dict, config_file: str | None, overrides: dict
+):
     """The ``JobConfig`` torchtitan builds from values the preflight has read and checked."""
     from torchtitan.config import ConfigManager
 
@@ -184,8 +215,10 @@ def _torchtitan_job(argv: list[str], config_cls: type, toml_values: dict, config
             raise
         # The preflight's reading of the command line accepted what tyro refuses: tyro's own words, then ours.
         sys.stderr.write(captured.getvalue())
-        raise ConfigError("command line: torchtitan's parser (tyro) refused it (above), though the preflight "
-                          "read it: a gap in torchtitan_ext.preflight.command_line") from None
+        raise ConfigError(
+            "command line: torchtitan's parser (tyro) refused it (above), though the preflight "
+            "read it: a gap in torchtitan_ext.preflight.command_line"
+        ) from None
     except (AssertionError, ValueError) as e:  # a __post_init__ check the rule table does not state
         raise ConfigError(f"torchtitan refused the configuration: {e or type(e).__name__}") from None
 
@@ -222,8 +255,13 @@ def check_input_files(job, world_size: int) -> None:
     dp = JobContext(job, world_size).dp
     check_dataset(job.training.dataset, job.training.dataset_path, "training", dp)
     if job.validation.enable:
-        check_dataset(job.validation.dataset, job.validation.dataset_path, "validation", dp,
-                      batch_tokens=job.validation.local_batch_size * (job.validation.seq_len + 1))
+        check_dataset(
+            job.validation.dataset,
+            job.validation.dataset_path,
+            "validation",
+            dp,
+            batch_tokens=job.validation.local_batch_size * (job.validation.seq_len + 1),
+        )
     check_tokenizer_assets(job.model.hf_assets_path, job.parallelism.tensor_parallel_degree)
     if job.checkpoint.initial_load_path and not Path(job.checkpoint.initial_load_path).exists():
         refuse("checkpoint.initial_load_path", job.checkpoint.initial_load_path, "does not exist")
@@ -234,8 +272,11 @@ def check_input_files(job, world_size: int) -> None:
         except (ImportError, ValueError):
             spec = None
         if spec is None:
-            refuse("experimental.custom_import", module,
-                   "no such module; BOOST's trainer needs none (it registers its model itself): leave it unset")
+            refuse(
+                "experimental.custom_import",
+                module,
+                "no such module; BOOST's trainer needs none (it registers its model itself): leave it unset",
+            )
 
 
 def main(argv: list[str] | None = None) -> None:

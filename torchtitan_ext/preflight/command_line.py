@@ -79,8 +79,12 @@ def options(config_cls: type) -> dict[str, Option]:
 
 def _is_negative_number(token: str) -> bool:
     rest = token[1:]
-    return (token.startswith("-") and rest[:1] != "-" and rest != ""
-            and (rest[0].isdigit() or rest[0] == "." or rest.lower() in _SPECIAL_FLOATS))
+    return (
+        token.startswith("-")
+        and rest[:1] != "-"
+        and rest != ""
+        and (rest[0].isdigit() or rest[0] == "." or rest.lower() in _SPECIAL_FLOATS)
+    )
 
 
 def _is_option(token: str, known: dict[str, Option]) -> bool:
@@ -124,8 +128,9 @@ def convert(raw: str, hint: Any) -> Any:
 def _takes_many(hint: Any) -> bool:
     """A list of lists: any number of comma-separated values (or the one value None)."""
     members = typing.get_args(hint) if typing.get_origin(hint) in (Union, types.UnionType) else (hint,)
-    return any(typing.get_origin(m) is list and typing.get_origin(typing.get_args(m)[0]) is list
-               for m in members)
+    return any(
+        typing.get_origin(m) is list and typing.get_origin(typing.get_args(m)[0]) is list for m in members
+    )
 
 
 def _many(raws: list[str], hint: Any) -> list[list[str]] | None:
@@ -153,8 +158,10 @@ def parse_overrides(argv: list[str], config_cls: type) -> dict[str, Any]:
         option = known.get(_key(name))
         if option is None and not _is_option(token, known):  # a value that no option takes
             if previous is not None and previous[0].flag is not None:
-                _refuse(f"{token!r} follows {previous[1]}, a flag that takes no value: "
-                        f"write {previous[0].flag_forms()}")
+                _refuse(
+                    f"{token!r} follows {previous[1]}, a flag that takes no value: "
+                    f"write {previous[0].flag_forms()}"
+                )
             where = f"follows {previous[1]}, which takes one value" if previous else "is not an option"
             _refuse(f"{token!r} {where}: write --section.field value")
         if option is None:
@@ -166,8 +173,9 @@ def parse_overrides(argv: list[str], config_cls: type) -> dict[str, Any]:
         previous = (option, name)
         if option.flag is not None:
             if has_value:
-                _refuse(f"{attached!r} follows {name}, a flag that takes no value: "
-                        f"write {option.flag_forms()}")
+                _refuse(
+                    f"{attached!r} follows {name}, a flag that takes no value: write {option.flag_forms()}"
+                )
             value = option.flag
         elif _takes_many(option.hint):
             raws = [attached] if has_value else []

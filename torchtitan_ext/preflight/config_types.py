@@ -58,7 +58,9 @@ def describe(hint: Any) -> str:
         return f"a table of {describe(args[1])}" if args else "a table"
     if hint in (bool, int, float, str):
         return hint.__name__
-    raise TypeError(f"config_types cannot check the annotation {hint!r}; teach describe() and matches() about it")
+    raise TypeError(
+        f"config_types cannot check the annotation {hint!r}; teach describe() and matches() about it"
+    )
 
 
 def matches(value: Any, hint: Any) -> bool:
@@ -77,8 +79,9 @@ def matches(value: Any, hint: Any) -> bool:
     if hint is list or origin is list:
         return isinstance(value, list) and (not args or all(matches(item, args[0]) for item in value))
     if hint is dict or origin is dict:
-        return isinstance(value, dict) and (not args or all(matches(k, args[0]) and matches(v, args[1])
-                                                            for k, v in value.items()))
+        return isinstance(value, dict) and (
+            not args or all(matches(k, args[0]) and matches(v, args[1]) for k, v in value.items())
+        )
     if hint is float:
         return isinstance(value, (int, float)) and not isinstance(value, bool)
     if hint is int:
@@ -98,12 +101,20 @@ def check_value(value: Any, hint: Any, field: str, source: str = "") -> None:
     where = f" (in {source})" if source else ""
     if is_dataclass(hint):
         if not isinstance(value, dict):
-            refuse(field, value, f"[{field}] is a section: write it as a TOML table `[{field}]` with its fields{where}")
+            refuse(
+                field,
+                value,
+                f"[{field}] is a section: write it as a TOML table `[{field}]` with its fields{where}",
+            )
         check_table(value, hint, field, source)
     elif not matches(value, hint):
         if isinstance(value, dict):
-            refuse(field, value, f"expected {describe(hint)}, got a section (table): "
-                                 f"write `{field.rsplit('.', 1)[-1]} = <value>` under [{field.rsplit('.', 1)[0]}]{where}")
+            refuse(
+                field,
+                value,
+                f"expected {describe(hint)}, got a section (table): "
+                f"write `{field.rsplit('.', 1)[-1]} = <value>` under [{field.rsplit('.', 1)[0]}]{where}",
+            )
         refuse(field, value, f"expected {describe(hint)}, got {_type_name(value)}{where}")
 
 

@@ -70,10 +70,14 @@ class JobContext:
     def dp(self) -> int:
         """The data-parallel degree: how many different batches a step reads."""
         par = self.job.parallelism
-        return rules.data_parallel_degree(self.world_size, tp=self.tp, pp=self.pp,
-                                          cp=par.context_parallel_degree,
-                                          dp_replicate=par.data_parallel_replicate_degree,
-                                          dp_shard=par.data_parallel_shard_degree)
+        return rules.data_parallel_degree(
+            self.world_size,
+            tp=self.tp,
+            pp=self.pp,
+            cp=par.context_parallel_degree,
+            dp_replicate=par.data_parallel_replicate_degree,
+            dp_shard=par.data_parallel_shard_degree,
+        )
 
     @cached_property
     def model_args(self) -> ModelArgs:
@@ -117,7 +121,9 @@ def at_least(field: str, low: int, why: str = "", when: Callable[[JobContext], b
             return None
         return None if ctx.value(field) >= low else f"must be at least {low}{suffix}"
 
-    condition = f" {when.__doc__}" if when else ""  # the predicate's docstring says when, e.g. "when validation.enable"
+    condition = (
+        f" {when.__doc__}" if when else ""
+    )  # the predicate's docstring says when, e.g. "when validation.enable"
     return Rule(field, f"≥ {low}{condition}{suffix}", check)
 
 
@@ -136,8 +142,11 @@ def within(field: str, low: float, high: float, low_open: bool = False, high_ope
 
 def one_of(field: str, choices: tuple, why: str = "") -> Rule:
     suffix = f" ({why})" if why else ""
-    return Rule(field, f"one of {', '.join(map(str, choices))}",
-                lambda ctx: None if ctx.value(field) in choices else f"choose one of {choices}{suffix}")
+    return Rule(
+        field,
+        f"one of {', '.join(map(str, choices))}",
+        lambda ctx: None if ctx.value(field) in choices else f"choose one of {choices}{suffix}",
+    )
 
 
 # ----------------------------------------------------------------------------- combination checks
@@ -150,8 +159,10 @@ def _mesh_fills_world(ctx: JobContext) -> str | None:
     product = ctx.non_shard_degrees * max(shard, 0)
     if shard >= 1 and product == ctx.world_size:
         return None
-    return (f"tp×pp×dp_replicate×cp×dp_shard = {product} must equal the world size {ctx.world_size} (NGPU); "
-            "set data_parallel_shard_degree = -1 to fill the rest")
+    return (
+        f"tp×pp×dp_replicate×cp×dp_shard = {product} must equal the world size {ctx.world_size} (NGPU); "
+        "set data_parallel_shard_degree = -1 to fill the rest"
+    )
 
 
 def _non_shard_divides_world(ctx: JobContext) -> str | None:
@@ -164,12 +175,17 @@ def _global_batch_divides(ctx: JobContext) -> str | None:
     global_batch, local = ctx.job.training.global_batch_size, ctx.job.training.local_batch_size
     if global_batch == -1 or (global_batch > 0 and global_batch % (local * ctx.dp) == 0):
         return None
-    return (f"must be -1 or a positive multiple of local_batch_size × data-parallel degree = {local} × {ctx.dp} "
-            f"= {local * ctx.dp} (torchtitan accumulates gradients over the quotient)")
+    return (
+        f"must be -1 or a positive multiple of local_batch_size × data-parallel degree = {local} × {ctx.dp} "
+        f"= {local * ctx.dp} (torchtitan accumulates gradients over the quotient)"
+    )
 
 
 def _microbatch_divides_batch(ctx: JobContext) -> str | None:
-    if ctx.pp == 1 or ctx.job.training.local_batch_size % ctx.job.parallelism.pipeline_parallel_microbatch_size == 0:
+    if (
+        ctx.pp == 1
+        or ctx.job.training.local_batch_size % ctx.job.parallelism.pipeline_parallel_microbatch_size == 0
+    ):
         return None
     return f"must divide training.local_batch_size = {ctx.job.training.local_batch_size} under pipeline parallelism"
 
@@ -182,8 +198,10 @@ def _validation_splits_into_microbatches(ctx: JobContext) -> str | None:
     n = ctx.job.training.local_batch_size // ctx.job.parallelism.pipeline_parallel_microbatch_size
     if ctx.job.validation.local_batch_size % n == 0:
         return None
-    return (f"must split into the pipeline's {n} micro-batches (training.local_batch_size / "
-            "parallelism.pipeline_parallel_microbatch_size): choose a multiple of it")
+    return (
+        f"must split into the pipeline's {n} micro-batches (training.local_batch_size / "
+        "parallelism.pipeline_parallel_microbatch_size): choose a multiple of it"
+    )
 
 
 def _known_pipeline_schedule(ctx: JobContext) -> str | None:
@@ -204,9 +222,14 @@ def _pipeline_stages(ctx: JobContext) -> tuple[str, bool, int]:
 
     par = ctx.job.parallelism
     multi_stage = issubclass(get_schedule_class(par.pipeline_parallel_schedule), PipelineScheduleMulti)
-    stages = rules.pipeline_stage_count(multi_stage, ctx.pp, ctx.model_args.n_layers, par.pipeline_parallel_layers_per_stage,
-                                        par.pipeline_parallel_first_stage_less_layers,
-                                        par.pipeline_parallel_last_stage_less_layers)
+    stages = rules.pipeline_stage_count(
+        multi_stage,
+        ctx.pp,
+        ctx.model_args.n_layers,
+        par.pipeline_parallel_layers_per_stage,
+        par.pipeline_parallel_first_stage_less_layers,
+        par.pipeline_parallel_last_stage_less_layers,
+    )
     return par.pipeline_parallel_schedule, multi_stage, stages
 
 
@@ -222,8 +245,9 @@ def _enough_microbatches(ctx: JobContext) -> str | None:
     if ctx.pp == 1 or local_batch < 1:  # the training.local_batch_size row names a batch below 1
         return None
     schedule, _, stages = _pipeline_stages(ctx)
-    return rules.pipeline_microbatch_problem(schedule, local_batch, ctx.job.parallelism.pipeline_parallel_microbatch_size,
-                                             ctx.pp, stages)
+    return rules.pipeline_microbatch_problem(
+        schedule, local_batch, ctx.job.parallelism.pipeline_parallel_microbatch_size, ctx.pp, stages
+    )
 
 
 def _rank_ratio_in_range(ctx: JobContext) -> str | None:
@@ -245,7 +269,9 @@ def _tp_divides_model(ctx: JobContext) -> str | None:
     if ctx.tp == 1:
         return None
     args = ctx.model_args
-    problem = rules.tp_shape_problem(rules.tp_sharded_dims(args.n_heads, args.kv_heads, args.dim, args.ffn_dim), ctx.tp)
+    problem = rules.tp_shape_problem(
+        rules.tp_sharded_dims(args.n_heads, args.kv_heads, args.dim, args.ffn_dim), ctx.tp
+    )
     return None if problem is None else f"{problem} of flavor {ctx.job.model.flavor}"
 
 
@@ -261,10 +287,14 @@ def _one_activation_checkpoint_switch(ctx: JobContext) -> str | None:
     if torchtitan_mode == "none":
         return None
     if boost_mode not in ("none", torchtitan_mode):
-        return (f"conflicts with boost.activation_checkpoint = {boost_mode!r}: BOOST has one switch; "
-                'set [activation_checkpoint] mode = "none" and keep boost.activation_checkpoint')
-    return ('BOOST\'s switch is boost.activation_checkpoint (none | full | lowrank): set [activation_checkpoint] '
-            'mode = "none" (torchtitan\'s default is "selective") and use boost.activation_checkpoint')
+        return (
+            f"conflicts with boost.activation_checkpoint = {boost_mode!r}: BOOST has one switch; "
+            'set [activation_checkpoint] mode = "none" and keep boost.activation_checkpoint'
+        )
+    return (
+        "BOOST's switch is boost.activation_checkpoint (none | full | lowrank): set [activation_checkpoint] "
+        'mode = "none" (torchtitan\'s default is "selective") and use boost.activation_checkpoint'
+    )
 
 
 def _validation_applies(ctx: JobContext) -> bool:
@@ -287,15 +317,32 @@ RULES: tuple[Rule, ...] = (
     one_of("boost.norm", NORM_MODES),
     one_of("boost.tp_scheme", TP_SCHEMES),
     one_of("boost.activation_checkpoint", AC_MODES),
-    Rule("activation_checkpoint.mode", '"none"; BOOST\'s one switch is boost.activation_checkpoint',
-         _one_activation_checkpoint_switch),
-    Rule("boost.tokenizer_vocab_size", f"≥ {MIN_VOCAB_SIZE} (256 bytes + BOS + EOS)",
-         lambda c: None if c.boost.tokenizer_vocab_size >= MIN_VOCAB_SIZE
-         else f"a byte-level BPE needs at least {MIN_VOCAB_SIZE} tokens"),
-    Rule("boost.rank", "≥ 0 (0: use rank_ratio)",
-         lambda c: None if c.boost.rank >= 0 else "must be positive (or 0 to use boost.rank_ratio)"),
+    Rule(
+        "activation_checkpoint.mode",
+        '"none"; BOOST\'s one switch is boost.activation_checkpoint',
+        _one_activation_checkpoint_switch,
+    ),
+    Rule(
+        "boost.tokenizer_vocab_size",
+        f"≥ {MIN_VOCAB_SIZE} (256 bytes + BOS + EOS)",
+        lambda c: (
+            None
+            if c.boost.tokenizer_vocab_size >= MIN_VOCAB_SIZE
+            else f"a byte-level BPE needs at least {MIN_VOCAB_SIZE} tokens"
+        ),
+    ),
+    Rule(
+        "boost.rank",
+        "≥ 0 (0: use rank_ratio)",
+        lambda c: None if c.boost.rank >= 0 else "must be positive (or 0 to use boost.rank_ratio)",
+    ),
     Rule("boost.rank_ratio", "in (0, 1) when boost.rank = 0", _rank_ratio_in_range),
-    Rule("boost.rank", "resolved rank in (0, smallest factored dim)", _rank_below_smallest_dim, shown=lambda c: c.rank),
+    Rule(
+        "boost.rank",
+        "resolved rank in (0, smallest factored dim)",
+        _rank_below_smallest_dim,
+        shown=lambda c: c.rank,
+    ),
     within("boost.stop_grace_s", 0, math.inf, low_open=True),
     at_least("boost.stop_check_every", 1, "steps between the ranks' agreement on a stop signal"),
     # Processes and the device mesh
@@ -303,62 +350,137 @@ RULES: tuple[Rule, ...] = (
     at_least("parallelism.tensor_parallel_degree", 1),
     at_least("parallelism.pipeline_parallel_degree", 1),
     at_least("parallelism.data_parallel_replicate_degree", 1),
-    Rule("parallelism.context_parallel_degree", "1 (CP × BTP is not implemented)",
-         lambda c: None if c.job.parallelism.context_parallel_degree == 1 else
-         "BOOST's Transformer does not take torchtitan's context-parallel positions (CP × BTP is not "
-         "implemented): use 1"),
-    Rule("parallelism.context_parallel_load_balancer",
-         'a name, or None; not "" (torchtitan checks it even at CP 1)',
-         lambda c: None if c.job.parallelism.context_parallel_load_balancer != "" else
-         'an empty name is no balancer: leave it unset (torchtitan\'s "headtail"), or pass '
-         "--parallelism.context_parallel_load_balancer None for none"),
-    Rule("parallelism.expert_parallel_degree", "1 (BOOST models have no experts)",
-         lambda c: None if c.job.parallelism.expert_parallel_degree == 1 else "BOOST models have no experts: use 1"),
-    Rule("parallelism.data_parallel_shard_degree", "-1, or tp×pp×dp_replicate×cp×dp_shard = NGPU", _mesh_fills_world),
-    Rule("parallelism", "tp×pp×dp_replicate×cp divides NGPU when dp_shard = -1", _non_shard_divides_world,
-         shown=lambda c: f"tp×pp×dp_replicate×cp = {c.non_shard_degrees}"),
+    Rule(
+        "parallelism.context_parallel_degree",
+        "1 (CP × BTP is not implemented)",
+        lambda c: (
+            None
+            if c.job.parallelism.context_parallel_degree == 1
+            else "BOOST's Transformer does not take torchtitan's context-parallel positions (CP × BTP is not "
+            "implemented): use 1"
+        ),
+    ),
+    Rule(
+        "parallelism.context_parallel_load_balancer",
+        'a name, or None; not "" (torchtitan checks it even at CP 1)',
+        lambda c: (
+            None
+            if c.job.parallelism.context_parallel_load_balancer != ""
+            else 'an empty name is no balancer: leave it unset (torchtitan\'s "headtail"), or pass '
+            "--parallelism.context_parallel_load_balancer None for none"
+        ),
+    ),
+    Rule(
+        "parallelism.expert_parallel_degree",
+        "1 (BOOST models have no experts)",
+        lambda c: (
+            None if c.job.parallelism.expert_parallel_degree == 1 else "BOOST models have no experts: use 1"
+        ),
+    ),
+    Rule(
+        "parallelism.data_parallel_shard_degree",
+        "-1, or tp×pp×dp_replicate×cp×dp_shard = NGPU",
+        _mesh_fills_world,
+    ),
+    Rule(
+        "parallelism",
+        "tp×pp×dp_replicate×cp divides NGPU when dp_shard = -1",
+        _non_shard_divides_world,
+        shown=lambda c: f"tp×pp×dp_replicate×cp = {c.non_shard_degrees}",
+    ),
     # Tensor parallelism
-    Rule("boost.tp_scheme", "megatron for linear = full, btp or vanilla otherwise (TP > 1)",
-         lambda c: rules.tp_scheme_problem(c.boost.linear, c.boost.tp_scheme, c.tp)),
-    Rule("parallelism.tensor_parallel_degree", "divides n_heads, kv_heads, dim, ffn_dim of the flavor",
-         _tp_divides_model),
+    Rule(
+        "boost.tp_scheme",
+        "megatron for linear = full, btp or vanilla otherwise (TP > 1)",
+        lambda c: rules.tp_scheme_problem(c.boost.linear, c.boost.tp_scheme, c.tp),
+    ),
+    Rule(
+        "parallelism.tensor_parallel_degree",
+        "divides n_heads, kv_heads, dim, ffn_dim of the flavor",
+        _tp_divides_model,
+    ),
     Rule("boost.tokenizer_vocab_size", "divisible by the TP degree", _vocab_divisible_by_tp),
-    Rule("boost.group_linears", "false under tp_scheme = vanilla (TP > 1)",
-         lambda c: rules.grouping_problem(c.boost.tp_scheme, c.boost.group_linears, c.tp)),
-    Rule("boost.rank", "divisible by the TP degree under tp_scheme = vanilla",
-         lambda c: rules.vanilla_rank_problem(c.boost.tp_scheme, c.rank, c.tp), shown=lambda c: c.rank),
-    Rule("boost.norm", '"sync" or "local" when btp runs ungrouped (TP > 1)',
-         lambda c: rules.online_norm_problem(c.boost.linear, c.boost.tp_scheme, c.boost.norm, c.boost.group_linears,
-                                             c.tp)),
-    Rule("boost.sequence_parallel", "megatron only; seq_len divisible by the TP degree",
-         lambda c: rules.sequence_parallel_problem(c.boost.sequence_parallel, c.boost.tp_scheme,
-                                                   c.job.training.seq_len, c.tp)),
-    Rule("boost.activation_checkpoint", '"lowrank" only under tp_scheme = btp with TP > 1',
-         lambda c: rules.activation_checkpoint_problem(c.boost.activation_checkpoint, c.boost.tp_scheme, c.tp)),
+    Rule(
+        "boost.group_linears",
+        "false under tp_scheme = vanilla (TP > 1)",
+        lambda c: rules.grouping_problem(c.boost.tp_scheme, c.boost.group_linears, c.tp),
+    ),
+    Rule(
+        "boost.rank",
+        "divisible by the TP degree under tp_scheme = vanilla",
+        lambda c: rules.vanilla_rank_problem(c.boost.tp_scheme, c.rank, c.tp),
+        shown=lambda c: c.rank,
+    ),
+    Rule(
+        "boost.norm",
+        '"sync" or "local" when btp runs ungrouped (TP > 1)',
+        lambda c: rules.online_norm_problem(
+            c.boost.linear, c.boost.tp_scheme, c.boost.norm, c.boost.group_linears, c.tp
+        ),
+    ),
+    Rule(
+        "boost.sequence_parallel",
+        "megatron only; seq_len divisible by the TP degree",
+        lambda c: rules.sequence_parallel_problem(
+            c.boost.sequence_parallel, c.boost.tp_scheme, c.job.training.seq_len, c.tp
+        ),
+    ),
+    Rule(
+        "boost.activation_checkpoint",
+        '"lowrank" only under tp_scheme = btp with TP > 1',
+        lambda c: rules.activation_checkpoint_problem(c.boost.activation_checkpoint, c.boost.tp_scheme, c.tp),
+    ),
     # Pipeline parallelism
-    Rule("parallelism.pipeline_parallel_degree", "≤ n_layers; 1 for linear = lax",
-         lambda c: rules.pipeline_problem(c.boost.linear, c.pp, c.model_args.n_layers)),
+    Rule(
+        "parallelism.pipeline_parallel_degree",
+        "≤ n_layers; 1 for linear = lax",
+        lambda c: rules.pipeline_problem(c.boost.linear, c.pp, c.model_args.n_layers),
+    ),
     at_least("parallelism.pipeline_parallel_microbatch_size", 1),
-    Rule("parallelism.pipeline_parallel_microbatch_size", "divides training.local_batch_size (PP > 1)",
-         _microbatch_divides_batch),
-    Rule("parallelism.pipeline_parallel_schedule", "a schedule torch.distributed.pipelining knows (PP > 1)",
-         _known_pipeline_schedule),
-    Rule("parallelism.pipeline_parallel_layers_per_stage", "unset, or ≥ 1",
-         lambda c: None if (c.job.parallelism.pipeline_parallel_layers_per_stage or 1) >= 1
-         else "must be at least 1 (or be left unset: torchtitan's default stage count)"),
-    Rule("parallelism.pipeline_parallel_layers_per_stage",
-         "unset, or giving a multiple of pp stages: 1 per rank single-stage, ≥ 2 multi-stage, 2 for ZBV/DualPipeV",
-         _pipeline_stages_fit_schedule),
-    Rule("training.local_batch_size", "/ pipeline_parallel_microbatch_size ≥ the stages (1F1B, DualPipeV); "
-         "equal rounds of n // pp (Interleaved1F1B, InterleavedZeroBubble) (PP > 1)", _enough_microbatches),
-    Rule("validation.local_batch_size", "a multiple of the pipeline's micro-batch count (PP > 1, validation on)",
-         _validation_splits_into_microbatches),
+    Rule(
+        "parallelism.pipeline_parallel_microbatch_size",
+        "divides training.local_batch_size (PP > 1)",
+        _microbatch_divides_batch,
+    ),
+    Rule(
+        "parallelism.pipeline_parallel_schedule",
+        "a schedule torch.distributed.pipelining knows (PP > 1)",
+        _known_pipeline_schedule,
+    ),
+    Rule(
+        "parallelism.pipeline_parallel_layers_per_stage",
+        "unset, or ≥ 1",
+        lambda c: (
+            None
+            if (c.job.parallelism.pipeline_parallel_layers_per_stage or 1) >= 1
+            else "must be at least 1 (or be left unset: torchtitan's default stage count)"
+        ),
+    ),
+    Rule(
+        "parallelism.pipeline_parallel_layers_per_stage",
+        "unset, or giving a multiple of pp stages: 1 per rank single-stage, ≥ 2 multi-stage, 2 for ZBV/DualPipeV",
+        _pipeline_stages_fit_schedule,
+    ),
+    Rule(
+        "training.local_batch_size",
+        "/ pipeline_parallel_microbatch_size ≥ the stages (1F1B, DualPipeV); "
+        "equal rounds of n // pp (Interleaved1F1B, InterleavedZeroBubble) (PP > 1)",
+        _enough_microbatches,
+    ),
+    Rule(
+        "validation.local_batch_size",
+        "a multiple of the pipeline's micro-batch count (PP > 1, validation on)",
+        _validation_splits_into_microbatches,
+    ),
     # Training
     at_least("training.steps", 1),
     at_least("training.local_batch_size", 1),
     at_least("training.seq_len", 2, "an input and a label token"),
-    Rule("training.global_batch_size", "-1, or a multiple of local_batch_size × data-parallel degree",
-         _global_batch_divides),
+    Rule(
+        "training.global_batch_size",
+        "-1, or a multiple of local_batch_size × data-parallel degree",
+        _global_batch_divides,
+    ),
     within("training.max_norm", 0, math.inf, low_open=True),
     at_least("training.gc_freq", 1),
     at_least("training.dataloader.num_workers", 0),
@@ -370,24 +492,48 @@ RULES: tuple[Rule, ...] = (
     within("optimizer.beta2", 0, 1, high_open=True),
     within("optimizer.weight_decay", 0, math.inf, high_open=True),
     at_least("lr_scheduler.warmup_steps", 0),
-    Rule("lr_scheduler.total_steps", "unset (training.steps), or ≥ 1",
-         lambda c: None if c.job.lr_scheduler.total_steps is None or c.job.lr_scheduler.total_steps >= 1
-         else "must be at least 1 (or be left unset: training.steps)"),
-    Rule("lr_scheduler.decay_ratio", "unset, or in [0, 1]",
-         lambda c: None if c.job.lr_scheduler.decay_ratio is None or 0 <= c.job.lr_scheduler.decay_ratio <= 1
-         else "must lie in [0, 1] (or be left unset)"),
+    Rule(
+        "lr_scheduler.total_steps",
+        "unset (training.steps), or ≥ 1",
+        lambda c: (
+            None
+            if c.job.lr_scheduler.total_steps is None or c.job.lr_scheduler.total_steps >= 1
+            else "must be at least 1 (or be left unset: training.steps)"
+        ),
+    ),
+    Rule(
+        "lr_scheduler.decay_ratio",
+        "unset, or in [0, 1]",
+        lambda c: (
+            None
+            if c.job.lr_scheduler.decay_ratio is None or 0 <= c.job.lr_scheduler.decay_ratio <= 1
+            else "must lie in [0, 1] (or be left unset)"
+        ),
+    ),
     within("lr_scheduler.min_lr_factor", 0, 1),
     # Checkpoints, metrics, validation, profiling, communication
     at_least("checkpoint.interval", 1),
-    Rule("checkpoint.keep_latest_k", "0 (keep all) or ≥ 2",
-         lambda c: None if c.job.checkpoint.keep_latest_k == 0 or c.job.checkpoint.keep_latest_k >= 2 else
-         "use 0 to keep every checkpoint, or at least 2 (the newest may still be being written)"),
+    Rule(
+        "checkpoint.keep_latest_k",
+        "0 (keep all) or ≥ 2",
+        lambda c: (
+            None
+            if c.job.checkpoint.keep_latest_k == 0 or c.job.checkpoint.keep_latest_k >= 2
+            else "use 0 to keep every checkpoint, or at least 2 (the newest may still be being written)"
+        ),
+    ),
     at_least("checkpoint.load_step", -1, "-1: the newest"),
     at_least("metrics.log_freq", 1),
     at_least("validation.freq", 1, when=_validation_applies),
-    Rule("validation.steps", "-1 (the whole set) or ≥ 1 (torchtitan checks it even when validation is off)",
-         lambda c: None if c.job.validation.steps == -1 or c.job.validation.steps >= 1
-         else "use -1 for the whole validation set, or at least 1"),
+    Rule(
+        "validation.steps",
+        "-1 (the whole set) or ≥ 1 (torchtitan checks it even when validation is off)",
+        lambda c: (
+            None
+            if c.job.validation.steps == -1 or c.job.validation.steps >= 1
+            else "use -1 for the whole validation set, or at least 1"
+        ),
+    ),
     at_least("validation.local_batch_size", 1, when=_validation_applies),
     at_least("validation.seq_len", 2, when=_validation_applies),
     at_least("profiling.profile_freq", 1, when=_profiling_applies),
