@@ -167,7 +167,8 @@ def check_job(argv: list[str], world_size: int | None = None):
     _check_boost_section(values)
     check_rules(values, world_size)
     job = _torchtitan_job(argv, config_cls, toml_values, config_file, overrides)
-    check_config(job, world_size)
+    check_instance(job)  # what torchtitan built, typed as its annotations say; the rules ran on its values
+    _check_built_job(job, world_size)
     return job
 
 
@@ -242,9 +243,14 @@ def check_config(job, world_size: int) -> None:
     _check_boost_section(job)
     check_instance(job)
     check_rules(job, world_size)
+    _check_built_job(job, world_size)
+
+
+def _check_built_job(job, world_size: int) -> None:
+    """What a job whose values passed the rules still needs: its input files, and the warnings."""
     check_input_files(job, world_size)
     if norm_is_shard_local(job.boost.norm, job.boost.tp_scheme, job.parallelism.tensor_parallel_degree):
-        warnings.warn(SHARD_LOCAL_NORM_WARNING, stacklevel=2)
+        warnings.warn(SHARD_LOCAL_NORM_WARNING, stacklevel=3)
 
 
 def check_input_files(job, world_size: int) -> None:
