@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from boost.data.tokenizer_fingerprint import tokenizer_fingerprint
 from tests.trainer import ROOT, SMALL, losses, run_train
 from torchtitan_ext.guards.checkpoint_guard import check_model_identity
-from torchtitan_ext.guards.checkpoint_identity import tokenizer_fingerprint
 
 COMMON = [
     "--validation.no-enable",

@@ -23,12 +23,12 @@ older checkpoint would strand runs whose tokenizer is in fact unchanged.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 from importlib import metadata
 from pathlib import Path
 
+from boost.data.tokenizer_fingerprint import tokenizer_fingerprint
 from boost.model.args import FLAVORS, ModelArgs
 from boost.rules import MODEL_NAME, norm_is_shard_local
 
@@ -54,24 +54,6 @@ _NOTES = {
     "tokenizer": "the tokenizer's files differ: the same ids would mean other tokens; use the tokenizer the "
     "checkpoint was trained with (model.hf_assets_path, or boost.tokenizer_vocab_size and boost.cache_dir)",
 }
-# The files a Hugging Face tokenizer folder is read from (ids, merges, added and special tokens, BOS/EOS use).
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "vocab.json",
-    "merges.txt",
-)
-
-
-def tokenizer_fingerprint(folder: Path) -> str:
-    """``sha256:<hex>`` over the name and bytes of each of ``TOKENIZER_FILES`` that ``folder`` holds."""
-    digest = hashlib.sha256()
-    for name in TOKENIZER_FILES:
-        path = Path(folder) / name
-        if path.is_file():
-            digest.update(name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return "sha256:" + digest.hexdigest()
 
 
 def boost_version() -> str:
