@@ -27,6 +27,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -125,6 +128,39 @@ class Manifest:
         }
         inputs = tuple(InputFile(**f) for f in raw.pop("inputs"))
         return Manifest(splits=splits, inputs=inputs, **raw)
+
+
+def write_shard(folder: str | Path, name: str, documents: Iterable[Sequence[int]], dtype: str) -> Shard:
+    """Write ``<name>.bin`` and ``<name>.idx`` from whole framed documents (lists of ids); return its record.
+
+    Written under temporary names and renamed, so a shard file of the final name is always complete.
+
+    Example::
+
+        >>> import tempfile
+        >>> write_shard(tempfile.mkdtemp(), "train-00000", [[0, 17, 1], [0, 5, 9, 1]], "uint16")
+        Shard(name='train-00000', tokens=7, documents=2)
+    """
+    folder = Path(folder)
+    typecode = {"uint16": "H", "uint32": "I"}[dtype]
+    offsets, tokens = array("q", [0]), 0
+    bin_path, idx_path = folder / f"{name}.bin", folder / f"{name}.idx"
+    bin_staging, idx_staging = bin_path.with_name(f".{name}.bin.tmp"), idx_path.with_name(f".{name}.idx.tmp")
+    with bin_staging.open("wb") as out:
+        for document in documents:
+            ids = array(typecode, document)
+            if sys.byteorder != "little":
+                ids.byteswap()
+            ids.tofile(out)
+            tokens += len(ids)
+            offsets.append(tokens)
+    if sys.byteorder != "little":
+        offsets.byteswap()
+    with idx_staging.open("wb") as out:
+        offsets.tofile(out)
+    os.replace(bin_staging, bin_path)
+    os.replace(idx_staging, idx_path)
+    return Shard(name, tokens, len(offsets) - 1)
 
 
 def write_manifest(folder: str | Path, manifest: Manifest) -> None:
