@@ -142,6 +142,24 @@ def _unsafe_bytes_item(path: Path, metadata, storage: dict) -> str | None:
     return None
 
 
+def read_bytes_item(path: Path, fqn: str) -> object | None:
+    """The non-tensor item ``fqn`` (``dataloader.token_order``) of the intact checkpoint at ``path``, loaded
+    under torch's weights-only unpickler; ``None`` if the checkpoint holds no such item."""
+    metadata = read_metadata(path)
+    if fqn not in metadata.state_dict_metadata:
+        return None
+    for index, info in metadata.storage_data.items():
+        if index.fqn == fqn:
+            if getattr(info, "transform_descriptors", None):
+                raise ValueError(
+                    f"item {fqn!r} of {path} is stored transformed ({info.transform_descriptors})"
+                )
+            with open(path / info.relative_path, "rb") as f:
+                f.seek(info.offset)
+                return torch.load(io.BytesIO(f.read(info.length)), weights_only=True)
+    return None
+
+
 def choose_checkpoint(folder: Path) -> tuple[int | None, list[tuple[int, str]]]:
     """The newest intact step in ``folder`` and the newer ones skipped, with reasons."""
     skipped = []

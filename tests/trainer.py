@@ -63,4 +63,7 @@ def _other_ranks_errors(log_dir: Path, shown: int) -> str:
 
 
 def losses(log: str) -> dict[int, float]:
-    return {int(s): float(v) for s, v in re.findall(r"step:\s+(\d+)\s+\S*loss:\s+([\d.]+)", log)}
+    """Training loss by step (not the validator's ``validate step: N  loss: ...`` lines)."""
+    return {
+        int(s): float(v) for s, v in re.findall(r"(?<!validate )step:\s+(\d+)\s+\S*loss:\s+([\d.]+)", log)
+    }

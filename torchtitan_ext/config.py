@@ -2,7 +2,9 @@
 
 torchtitan merges a module's ``JobConfig`` dataclass into its own schema, so every field of
 ``boost.options.BoostOptions`` is both a TOML key under ``[boost]`` and a command-line override
-``--boost.<field> value``.
+``--boost.<field> value``. Sections merge field by field (torchtitan's ``ConfigManager._merge_configs``
+merges two dataclasses of one name recursively), so ``training.dataset_seed`` joins torchtitan's
+``[training]``.
 """
 
 from dataclasses import dataclass, field
@@ -12,8 +14,15 @@ from boost.rules import linear_kind, lowrank_ac_applies
 
 
 @dataclass
+class TrainingData:
+    dataset_seed: int | None = None
+    """Shuffle seed of the ``tokens`` dataset's global order; unset: ``debug.seed``, else 0."""
+
+
+@dataclass
 class JobConfig:
     boost: BoostOptions = field(default_factory=BoostOptions)
+    training: TrainingData = field(default_factory=TrainingData)
 
 
 def linear_kind_overrides(linear: str, toml_values: dict) -> list[str]:

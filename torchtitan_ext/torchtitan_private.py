@@ -14,6 +14,12 @@ Called here (wrappers, so the rest of BOOST names no private attribute):
   under TP/PP (``torchtitan_ext.infra.parallelize``); the size-1 dims exist, unflattened from the same
   root as ``tp``, and FSDP2 communicates nothing over a group of one.
 
+- ``torchtitan.components.validate.build_text_validation_dataloader``, the module global through which
+  ``Validator.__init__`` builds its loader (it takes neither a loader nor a builder): for the span of
+  ``validators_built_with``, BOOST's builder, so the validator reads BOOST's held-out loaders (the
+  ``tokens`` dataset, which torchtitan's text builder cannot read, and text restarted at every
+  validation) and builds one loader, not torchtitan's as well.
+
 Overridden elsewhere, because the behaviour to change has no public hook (named here so that an
 upgrade of torchtitan knows where to look):
 
@@ -31,6 +37,8 @@ rather than torchtitan's ``_op_sac_save_list``.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -55,3 +63,17 @@ def job_config_from_toml(config_cls: type, toml_values: dict[str, Any], config_f
 def data_parallel_mesh(parallel_dims, names: list[str]):
     """The ``names`` dims (``dp_replicate``, ``fsdp``) of torchtitan's dense mesh, whatever their size."""
     return parallel_dims._global_meshes["dense"][tuple(names)]
+
+
+@contextmanager
+def validators_built_with(build_loader: Callable[..., Any]) -> Iterator[None]:
+    """While open, torchtitan's ``Validator`` builds its loader with ``build_loader`` (called with the keywords
+    ``job_config``, ``dp_world_size``, ``dp_rank``, ``tokenizer``, ``infinite``, as torchtitan calls its own)."""
+    import torchtitan.components.validate as validate
+
+    original = validate.build_text_validation_dataloader
+    validate.build_text_validation_dataloader = build_loader
+    try:
+        yield
+    finally:
+        validate.build_text_validation_dataloader = original

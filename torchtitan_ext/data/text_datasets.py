@@ -4,12 +4,15 @@ Datasets (registered in torchtitan's ``DATASETS`` at import, so torchtitan's own
 ``build_text_dataloader`` / ``build_text_validation_dataloader`` find them; BOOST's validator is
 torchtitan's ``Validator`` reading a ``HeldOutTextDataset``, which starts afresh at every validation):
 
+- ``tokens``: prepared token folders, memory-mapped and read in a global order
+  (``torchtitan_ext.data.token_loader``; not in torchtitan's registry, which holds text datasets).
+
 - ``stdlib`` / ``stdlib_validation``: the interpreter's standard library, split by path hash
   (``boost.data.stdlib_corpus``).
 - ``local``: ``training.dataset_path`` (``validation.dataset_path`` for validation), a ``.txt``
   (one document per file), ``.jsonl`` (field ``text``) or ``.parquet`` (column ``text``) file, or a
-  folder of them, read strictly by ``boost.data.local_files``. Held in memory, so for corpora
-  beyond RAM use a streamed Hugging Face dataset.
+  folder of them, read strictly by ``boost.data.local_files``. Held in memory by every rank, so
+  the preflight warns past ``LOCAL_CORPUS_WARN_BYTES`` of files and says to prepare the corpus.
 - any other name: torchtitan's own registry (``c4`` etc., which needs a network).
 
 Packing, sharding by data-parallel rank and checkpointable state are torchtitan's
@@ -19,9 +22,11 @@ Packing, sharding by data-parallel rank and checkpointable state are torchtitan'
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
+from pathlib import Path
 
 from datasets import Dataset
 from torchtitan.components.dataloader import ParallelAwareDataloader
@@ -35,6 +40,14 @@ from torchtitan.tools.logging import logger
 from boost.config_error import ConfigError, refuse
 from boost.data.local_files import local_text_files, read_local_corpus
 from boost.data.stdlib_corpus import stdlib_texts
+from boost.data.token_folder import PREPARE_COMMAND
+from torchtitan_ext.data.token_loader import build_token_dataloader, build_token_validation_dataloader
+from torchtitan_ext.data.token_sources import TOKENS, is_tokens
+from torchtitan_ext.torchtitan_private import validators_built_with
+
+# A local corpus is held in memory by every rank, several bytes per byte of text (1.07 GB of RSS at
+# 40 MB of .jsonl, 3.36 GB at 400 MB): past this many bytes of files the preflight says to prepare it.
+LOCAL_CORPUS_WARN_BYTES = 1 << 30
 
 
 def load_stdlib_dataset(split: str) -> Dataset:
@@ -62,7 +75,11 @@ def _contiguous_shards(items: list, n: int) -> list[list]:
 def check_dataset(
     name: str, dataset_path: str | None, section: str, dp_degree: int, batch_tokens: int | None = None
 ) -> None:
-    """Refuse an unknown dataset, or a ``local`` corpus that is malformed or too small for the ranks.
+    """Refuse an unknown dataset, or a ``local`` corpus that is malformed or too small for the ranks (the
+    text datasets; ``tokens`` is ``torchtitan_ext.data.token_checks.check_token_data``'s).
+
+    A ``local`` corpus beyond ``LOCAL_CORPUS_WARN_BYTES`` of files is warned about from the files'
+    sizes first; it is then read whole, as the loader will read it, to refuse a malformed file.
 
     torchtitan gives each data-parallel rank a contiguous share of the documents; a rank with none
     would loop over nothing forever (torchtitan's infinite loader re-loops without yielding). A
@@ -72,7 +89,7 @@ def check_dataset(
     """
     register_datasets()
     if name.lower() not in DATASETS:
-        refuse(f"{section}.dataset", name, f"unknown dataset; choose one of {sorted(DATASETS)}")
+        refuse(f"{section}.dataset", name, f"unknown dataset; choose one of {sorted([*DATASETS, TOKENS])}")
     config_field = f"{section}.dataset_path"
     if name.lower() in ("stdlib", "stdlib_validation") and dataset_path:
         refuse(
@@ -83,6 +100,7 @@ def check_dataset(
         )
     if name.lower() != "local":
         return
+    warn_if_large(local_text_files(dataset_path, config_field), dataset_path, section)
     texts = read_local_corpus(dataset_path, config_field)
     if len(texts) < dp_degree:
         refuse(
@@ -103,6 +121,18 @@ def check_dataset(
                 f"one {section} batch (local_batch_size × (seq_len + 1) = {batch_tokens}): "
                 f"add text, or lower {section}.local_batch_size or {section}.seq_len",
             )
+
+
+def warn_if_large(files: list[Path], dataset_path: str | None, section: str) -> None:
+    """Warn, from the files' sizes alone, when a ``local`` corpus is too large to hold in every rank."""
+    size = sum(f.stat().st_size for f in files)
+    if size > LOCAL_CORPUS_WARN_BYTES:
+        warnings.warn(
+            f"{section}.dataset_path = {dataset_path!r}: a local corpus of {size / 1e9:.1f} GB of files, which "
+            "every rank holds in memory (several times its size); prepare it once into token shards and "
+            f"train from them: {PREPARE_COMMAND}, then --{section}.dataset tokens --{section}.dataset_path DIR",
+            stacklevel=2,
+        )
 
 
 def _sample_text(sample: dict) -> str:
@@ -128,7 +158,10 @@ def build_boost_dataloader(
     job_config: JobConfig,
     infinite: bool = True,
 ) -> ParallelAwareDataloader:
-    """torchtitan's ``build_text_dataloader`` with BOOST's datasets registered (a ``build_dataloader_fn``)."""
+    """torchtitan's ``build_text_dataloader`` with BOOST's datasets registered (a ``build_dataloader_fn``),
+    or the ``tokens`` dataset's loader."""
+    if is_tokens(job_config.training.dataset):
+        return build_token_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
     register_datasets()
     if job_config.training.dataset.lower() == "local":
         local_text_files(job_config.training.dataset_path, "training.dataset_path")
@@ -185,9 +218,12 @@ def build_boost_validation_dataloader(
     job_config: JobConfig,
     infinite: bool = False,
 ) -> ParallelAwareDataloader:
-    """torchtitan's ``build_text_validation_dataloader`` over a ``HeldOutTextDataset``."""
-    register_datasets()
+    """torchtitan's ``build_text_validation_dataloader`` over a ``HeldOutTextDataset``, or the ``tokens``
+    dataset's validation loader."""
     cfg = job_config.validation
+    if is_tokens(cfg.dataset):
+        return build_token_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config)
+    register_datasets()
     if cfg.dataset.lower() == "local":
         local_text_files(cfg.dataset_path, "validation.dataset_path")
     with _refusing_empty_shards(cfg.dataset_path or cfg.dataset, dp_rank):
@@ -205,15 +241,16 @@ def build_boost_validation_dataloader(
 def build_boost_validator(
     *, job_config: JobConfig, dp_world_size: int, dp_rank: int, tokenizer: BaseTokenizer, **kwargs
 ) -> BaseValidator:
-    """torchtitan's ``Validator`` scoring the same held-out batches at every validation (the
-    loader torchtitan's builder made is replaced; the validation split is read twice at start-up)."""
-    validator = build_validator(
-        job_config=job_config, dp_world_size=dp_world_size, dp_rank=dp_rank, tokenizer=tokenizer, **kwargs
-    )
-    validator.validation_dataloader = build_boost_validation_dataloader(
-        dp_world_size, dp_rank, tokenizer, job_config
-    )
-    return validator
+    """torchtitan's ``Validator`` scoring the same held-out batches at every validation: it builds its
+    loader with ``build_boost_validation_dataloader`` (finite, whatever ``validation.steps``)."""
+
+    def build_loader(*, job_config, dp_world_size, dp_rank, tokenizer, infinite):
+        return build_boost_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config)
+
+    with validators_built_with(build_loader):
+        return build_validator(
+            job_config=job_config, dp_world_size=dp_world_size, dp_rank=dp_rank, tokenizer=tokenizer, **kwargs
+        )
 
 
 register_datasets()

@@ -8,7 +8,8 @@ which the checkpoint manager loads, so torchtitan loads exactly what was checked
 configuration is read, never written. Each skipped
 checkpoint is named with its reason, and nothing is deleted or overwritten. The chosen checkpoint's
 recorded model (``checkpoint_identity.py``) must be the job's: resuming into another model is
-refused, naming each differing field. ``check_resume`` runs all of it in ``run_train.sh``'s
+refused, naming each differing field; so is a ``tokens`` data position in another order than the
+job's (``torchtitan_ext.data.token_checks``). ``check_resume`` runs all of it in ``run_train.sh``'s
 preflight, before any process starts; ``prepare_resume`` again in each rank of the trainer.
 """
 
@@ -19,8 +20,17 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from boost.checkpoint_folder import checkpoint_folders, choose_checkpoint, inspect_checkpoint, read_metadata
+from boost.checkpoint_folder import (
+    checkpoint_folders,
+    choose_checkpoint,
+    inspect_checkpoint,
+    read_bytes_item,
+    read_metadata,
+)
 from boost.rules import data_parallel_degree
+from torchtitan_ext.data.token_checks import token_order_problem
+from torchtitan_ext.data.token_loader import TOKEN_ORDER
+from torchtitan_ext.data.token_sources import is_tokens
 from torchtitan_ext.guards.checkpoint_identity import (
     describe_differences,
     identity_differences,
@@ -111,16 +121,47 @@ def check_model_identity(checkpoint: Path, job) -> str | None:
 
 def check_resume(job) -> None:
     """``run_train.sh``'s preflight: refuse, before any process starts, a run folder held by a live
-    trainer, a missing or broken ``load_step``, and a checkpoint of another model."""
+    trainer, a missing or broken ``load_step``, a checkpoint of another model, and a ``tokens`` data
+    position in another order than the job's."""
     check_run_folder_free(job.job.dump_folder)
-    path, _, _ = resume_checkpoint(job)
+    path, step, _ = resume_checkpoint(job)
     if path is not None:
         check_model_identity(path, job)
+    if path is not None and _loads_data_position(job, step):
+        check_token_order(path, job)
+
+
+def _loads_data_position(job, step: int | None) -> bool:
+    # initial loads and the seed checkpoint (step 0) load the model only
+    return step not in (None, 0) and "dataloader" not in job.checkpoint.exclude_from_loading
+
+
+def check_token_order(checkpoint: Path, job) -> None:
+    """Refuse (``CheckpointRefused``) a ``tokens`` job resuming a global position of another order."""
+    if is_tokens(job.training.dataset) and saved_data_position(checkpoint) == TOKEN_POSITION:
+        problem = token_order_problem(checkpoint, job)
+        if problem:
+            raise CheckpointRefused(f"BOOST checkpoint error: {problem}")
+
+
+# How a checkpoint keeps its data position: one per data-parallel rank (torchtitan's, the text datasets),
+# or one global position for all ranks (the tokens dataset, torchtitan_ext.data.token_loader).
+RANK_POSITIONS, TOKEN_POSITION = "one per data-parallel rank", "the tokens dataset's global position"
+
+
+def saved_data_position(checkpoint: Path) -> str | None:
+    """``RANK_POSITIONS``, ``TOKEN_POSITION``, or ``None`` for a checkpoint without dataloader state."""
+    keys = read_metadata(checkpoint).state_dict_metadata
+    if f"dataloader.{TOKEN_ORDER}" in keys:
+        return TOKEN_POSITION
+    return RANK_POSITIONS if any(key.startswith("dataloader.dp_rank_") for key in keys) else None
 
 
 def saved_data_parallel_degree(checkpoint: Path) -> int | None:
-    """The data-parallel degree the intact checkpoint's dataloader state was written at (one entry per
-    DP rank); ``None`` if it holds no dataloader state."""
+    """The data-parallel degree the intact checkpoint's dataloader state was written at; ``None`` if it
+    holds no dataloader state."""
+    if saved_data_position(checkpoint) == TOKEN_POSITION:
+        return read_bytes_item(checkpoint, "dataloader.world_size")
     keys = read_metadata(checkpoint).state_dict_metadata
     degree = sum(1 for key in keys if key.startswith("dataloader.dp_rank_"))
     return degree or None
@@ -146,7 +187,8 @@ class ResumePlan:
     Attributes:
         step: the step folder of this run to load; -1 for none of them (a fresh start, or
             ``checkpoint.initial_load_path``, which torchtitan reads while the run has no checkpoint folder).
-        skip_dataloader: the data position is not loaded: it was saved at another data-parallel degree.
+        skip_dataloader: the data position is not loaded: a text dataset's, saved at another data-parallel
+            degree, or one of another kind of dataset than the job's.
         warnings: what rank 0 said about the choice (skipped checkpoints, an unchecked identity, the data).
     """
 
@@ -157,7 +199,8 @@ class ResumePlan:
 
 def prepare_resume(job, world_size: int) -> ResumePlan:
     """In every rank before torchtitan's trainer starts: choose the checkpoint to load, refuse another
-    model's, and let a new data-parallel degree resume without its data position.
+    model's or another ``tokens`` order's, and let a text dataset at a new data-parallel degree resume
+    without its data position (the ``tokens`` order continues at any degree).
 
     Messages print on rank 0 as they are found; refusals raise ``CheckpointRefused`` on every rank.
     """
@@ -181,10 +224,28 @@ def prepare_resume(job, world_size: int) -> ResumePlan:
     unchecked = check_model_identity(path, job)
     if unchecked:
         say(f"warning: {unchecked}")
-    if step is None or step == 0 or "dataloader" in job.checkpoint.exclude_from_loading:
-        # initial loads and the seed checkpoint (step 0) load the model only
+    if not _loads_data_position(job, step):
         return ResumePlan(step=load_step, warnings=tuple(said))
+    check_token_order(path, job)
+    kind, wanted = (
+        saved_data_position(path),
+        TOKEN_POSITION if is_tokens(job.training.dataset) else RANK_POSITIONS,
+    )
     saved, now = saved_data_parallel_degree(path), job_data_parallel_degree(job, world_size)
+    if kind is not None and kind != wanted:
+        say(
+            f"warning: the checkpoint's data position is {kind}, this job's dataset "
+            f"(training.dataset = {job.training.dataset!r}) keeps {wanted}: the data starts from its beginning "
+            "(model, optimizer, LR schedule and step resume)"
+        )
+        return ResumePlan(step=load_step, skip_dataloader=True, warnings=tuple(said))
+    if kind == TOKEN_POSITION:
+        if saved != now:
+            say(
+                f"the data-parallel degree changed from {saved} (checkpoint) to {now}: the tokens dataset's "
+                "global order continues at its saved sample, each rank reading its part of the next global batch"
+            )
+        return ResumePlan(step=load_step, warnings=tuple(said))
     moved = saved is not None and saved != now
     if moved:
         # torchtitan keeps one data position per DP rank and cannot reshard them (it asserts); model,

@@ -256,11 +256,20 @@ def _check_built_job(job, world_size: int) -> None:
 def check_input_files(job, world_size: int) -> None:
     """The files a run reads at start: corpus, tokenizer, initial checkpoint, custom import."""
     from torchtitan_ext.data.text_datasets import check_dataset
+    from torchtitan_ext.data.token_checks import check_token_data
+    from torchtitan_ext.data.token_sources import is_tokens
     from torchtitan_ext.data.tokenizer import check_tokenizer_assets
 
     dp = JobContext(job, world_size).dp
-    check_dataset(job.training.dataset, job.training.dataset_path, "training", dp)
-    if job.validation.enable:
+    # the tokenizer first: the tokens checks compare prepared folders with it
+    check_tokenizer_assets(job.model.hf_assets_path, job.parallelism.tensor_parallel_degree)
+    if is_tokens(job.training.dataset):
+        check_token_data(job, "training", dp)
+    else:
+        check_dataset(job.training.dataset, job.training.dataset_path, "training", dp)
+    if job.validation.enable and is_tokens(job.validation.dataset):
+        check_token_data(job, "validation", dp)
+    elif job.validation.enable:
         check_dataset(
             job.validation.dataset,
             job.validation.dataset_path,
@@ -268,7 +277,6 @@ def check_input_files(job, world_size: int) -> None:
             dp,
             batch_tokens=job.validation.local_batch_size * (job.validation.seq_len + 1),
         )
-    check_tokenizer_assets(job.model.hf_assets_path, job.parallelism.tensor_parallel_degree)
     if job.checkpoint.initial_load_path and not Path(job.checkpoint.initial_load_path).exists():
         refuse("checkpoint.initial_load_path", job.checkpoint.initial_load_path, "does not exist")
     module = job.experimental.custom_import

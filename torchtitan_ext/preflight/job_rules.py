@@ -297,6 +297,32 @@ def _one_activation_checkpoint_switch(ctx: JobContext) -> str | None:
     )
 
 
+def _seed_has_a_shuffle(ctx: JobContext) -> str | None:
+    training = ctx.job.training
+    if training.dataset_seed is None or training.dataset.lower() == "tokens":
+        return None
+    return (
+        f'only the "tokens" dataset shuffles (training.dataset = {training.dataset!r} reads in its own order): '
+        "remove it"
+    )
+
+
+def _tokens_read_in_process(section: str) -> Check:
+    def check(ctx: JobContext) -> str | None:
+        cfg = getattr(ctx.job, section)
+        if section == "validation" and not cfg.enable:
+            return None
+        if cfg.dataset.lower() != "tokens" or cfg.dataloader.num_workers == 0:
+            return None
+        return (
+            'the "tokens" dataset reads a memory map in the training process, hundreds of times faster than a '
+            "rank consumes (bench/results/token_loader.md); worker processes would each read the same "
+            "samples: set it to 0"
+        )
+
+    return check
+
+
 def _validation_applies(ctx: JobContext) -> bool:
     """when validation.enable"""
     return ctx.job.validation.enable
@@ -484,6 +510,12 @@ RULES: tuple[Rule, ...] = (
     within("training.max_norm", 0, math.inf, low_open=True),
     at_least("training.gc_freq", 1),
     at_least("training.dataloader.num_workers", 0),
+    Rule(
+        "training.dataloader.num_workers",
+        '0 when training.dataset = "tokens" (read in the training process)',
+        _tokens_read_in_process("training"),
+    ),
+    Rule("training.dataset_seed", 'unset unless training.dataset = "tokens"', _seed_has_a_shuffle),
     # Optimizer and schedule
     one_of("optimizer.name", OPTIMIZER_NAMES, "torchtitan's build_optimizers"),
     within("optimizer.lr", 0, math.inf, low_open=True, high_open=True),
@@ -536,6 +568,11 @@ RULES: tuple[Rule, ...] = (
     ),
     at_least("validation.local_batch_size", 1, when=_validation_applies),
     at_least("validation.seq_len", 2, when=_validation_applies),
+    Rule(
+        "validation.dataloader.num_workers",
+        '0 when validation.dataset = "tokens" and validation.enable',
+        _tokens_read_in_process("validation"),
+    ),
     at_least("profiling.profile_freq", 1, when=_profiling_applies),
     at_least("profiling.profiler_active", 1, when=_profiling_applies),
     at_least("profiling.profiler_warmup", 0, when=_profiling_applies),
