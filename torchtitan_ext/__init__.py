@@ -8,11 +8,15 @@
   torchtitan's dataloader.
 - ``preflight`` (with ``job_rules``, ``config_types``): refuse a bad job before any work starts.
 - ``checkpoint_*``, ``run_lock``, ``nonfinite_guard``, ``metrics``: guards and metrics around torchtitan's.
-- ``train``: the entry point ``run_train.sh`` launches.
+- ``start``: run_train.sh's one Python process (preflight, then torchrun or the dry run); ``train``:
+  the entry point each rank runs.
 - ``cpu``: lets torchtitan's trainer run without an accelerator; ``torchtitan_private``: every private
   torchtitan name BOOST touches.
 """
 
 # torchtitan fixes its device type when torchtitan.tools.utils is first imported; the CPU adaptation
-# must see that import, so every module of this package installs it first (this package's import).
-from torchtitan_ext import cpu as _cpu  # noqa: F401,I001
+# must see that import, so this package's import arranges it (for whichever module imports torchtitan
+# first) without importing torch itself.
+from torchtitan_ext import cpu as _cpu  # noqa: I001
+
+_cpu.install_at_torchtitan_import()

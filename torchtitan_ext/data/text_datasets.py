@@ -19,7 +19,7 @@ Packing, sharding by data-parallel rank and checkpointable state are torchtitan'
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
 
@@ -32,77 +32,52 @@ from torchtitan.hf_datasets import DatasetConfig
 from torchtitan.hf_datasets.text_datasets import DATASETS, HuggingFaceTextDataset, build_text_dataloader
 from torchtitan.tools.logging import logger
 
-from boost.config_error import ConfigError, refuse
+from boost.config_error import ConfigError
 from boost.data.local_files import local_text_files, read_local_corpus
 from boost.data.stdlib_corpus import stdlib_texts
+
+# The datasets read while a validator is built, by (loader, argument); None outside that build.
+_read_while_building: dict[tuple[str, str | None], Dataset] | None = None
+
+
+@contextmanager
+def _each_dataset_read_once() -> Iterator[None]:
+    """torchtitan's ``Validator`` builds its own loader, which BOOST's then replaces: inside this block
+    both read the same split once (outside it, every load reads the files as they are then)."""
+    global _read_while_building
+    _read_while_building = {}
+    try:
+        yield
+    finally:
+        _read_while_building = None
+
+
+def _read(loader: str, argument: str | None, read: Callable[[], Dataset]) -> Dataset:
+    if _read_while_building is None:
+        return read()
+    if (loader, argument) not in _read_while_building:
+        _read_while_building[loader, argument] = read()
+    return _read_while_building[loader, argument]
 
 
 def load_stdlib_dataset(split: str) -> Dataset:
     """The stdlib split as a map-style dataset with one ``text`` row per source file."""
-    return Dataset.from_dict({"text": stdlib_texts(split)})
+    return _read("stdlib", split, lambda: Dataset.from_dict({"text": stdlib_texts(split)}))
 
 
 def load_local_dataset(dataset_path: str | None) -> Dataset:
     """A ``local`` dataset: one ``text`` row per ``.txt`` file, ``.jsonl`` line or ``.parquet`` row."""
-    # The loader cannot tell training from validation; preflight.check_input_files checks first with
-    # the exact field, so this message only shows when torchtitan's Validator builds it directly.
-    texts = read_local_corpus(dataset_path, "training.dataset_path (validation.dataset_path for validation)")
-    logger.info(f"Local dataset: {len(texts)} documents under {dataset_path}")
-    return Dataset.from_dict({"text": texts})
 
-
-def _contiguous_shards(items: list, n: int) -> list[list]:
-    """``items`` in ``n`` contiguous shards, as ``datasets.distributed.split_dataset_by_node`` splits a map-style
-    dataset over data-parallel ranks (the first ``len(items) % n`` shards one longer)."""
-    size, extra = divmod(len(items), n)
-    bounds = [r * size + min(r, extra) for r in range(n + 1)]
-    return [items[bounds[r] : bounds[r + 1]] for r in range(n)]
-
-
-def check_dataset(
-    name: str, dataset_path: str | None, section: str, dp_degree: int, batch_tokens: int | None = None
-) -> None:
-    """Refuse an unknown dataset, or a ``local`` corpus that is malformed or too small for the ranks.
-
-    torchtitan gives each data-parallel rank a contiguous share of the documents; a rank with none
-    would loop over nothing forever (torchtitan's infinite loader re-loops without yielding). A
-    finite loader (validation: pass ``batch_tokens`` = local_batch_size × (seq_len + 1)) whose
-    share cannot fill one batch yields nothing, and torchtitan's Validator then fails on an empty
-    loss list at the first validation, possibly hours in.
-    """
-    register_datasets()
-    if name.lower() not in DATASETS:
-        refuse(f"{section}.dataset", name, f"unknown dataset; choose one of {sorted(DATASETS)}")
-    config_field = f"{section}.dataset_path"
-    if name.lower() in ("stdlib", "stdlib_validation") and dataset_path:
-        refuse(
-            config_field,
-            dataset_path,
-            f"the stdlib datasets read the interpreter's sources and would ignore it: "
-            f'set {section}.dataset = "local" to read it, or remove the path',
+    def read() -> Dataset:
+        # The loader cannot tell training from validation; preflight.check_input_files checks first with
+        # the exact field, so this message only shows when torchtitan's Validator builds it directly.
+        texts = read_local_corpus(
+            dataset_path, "training.dataset_path (validation.dataset_path for validation)"
         )
-    if name.lower() != "local":
-        return
-    texts = read_local_corpus(dataset_path, config_field)
-    if len(texts) < dp_degree:
-        refuse(
-            config_field,
-            dataset_path,
-            f"holds {len(texts)} document(s), fewer than the data-parallel degree "
-            f"{dp_degree}: each data-parallel rank needs one; add documents or "
-            "lower the degree",
-        )
-    if batch_tokens is not None:
-        # Byte-level BPE: a token covers at least one UTF-8 byte, so bytes + BOS + EOS bound the tokens.
-        most = min(sum(len(t.encode()) + 2 for t in shard) for shard in _contiguous_shards(texts, dp_degree))
-        if most < batch_tokens:
-            refuse(
-                config_field,
-                dataset_path,
-                f"a data-parallel rank's share holds at most {most} tokens, fewer than "
-                f"one {section} batch (local_batch_size × (seq_len + 1) = {batch_tokens}): "
-                f"add text, or lower {section}.local_batch_size or {section}.seq_len",
-            )
+        logger.info(f"Local dataset: {len(texts)} documents under {dataset_path}")
+        return Dataset.from_dict({"text": texts})
+
+    return _read("local", dataset_path, read)
 
 
 def _sample_text(sample: dict) -> str:
@@ -110,7 +85,7 @@ def _sample_text(sample: dict) -> str:
 
 
 def register_datasets() -> None:
-    """Put ``stdlib``, ``stdlib_validation`` and ``local`` into torchtitan's ``DATASETS`` (idempotent)."""
+    """Put ``BOOST_DATASETS`` into torchtitan's ``DATASETS`` (idempotent)."""
     # DatasetConfig.path is what torchtitan passes to the loader when dataset_path is unset.
     DATASETS["stdlib"] = DatasetConfig(
         path="stdlib", loader=lambda _path: load_stdlib_dataset("train"), sample_processor=_sample_text
@@ -205,14 +180,15 @@ def build_boost_validation_dataloader(
 def build_boost_validator(
     *, job_config: JobConfig, dp_world_size: int, dp_rank: int, tokenizer: BaseTokenizer, **kwargs
 ) -> BaseValidator:
-    """torchtitan's ``Validator`` scoring the same held-out batches at every validation (the
-    loader torchtitan's builder made is replaced; the validation split is read twice at start-up)."""
-    validator = build_validator(
-        job_config=job_config, dp_world_size=dp_world_size, dp_rank=dp_rank, tokenizer=tokenizer, **kwargs
-    )
-    validator.validation_dataloader = build_boost_validation_dataloader(
-        dp_world_size, dp_rank, tokenizer, job_config
-    )
+    """torchtitan's ``Validator`` scoring the same held-out batches at every validation (the loader
+    torchtitan's builder makes is replaced; the validation split is read once for both)."""
+    with _each_dataset_read_once():
+        validator = build_validator(
+            job_config=job_config, dp_world_size=dp_world_size, dp_rank=dp_rank, tokenizer=tokenizer, **kwargs
+        )
+        validator.validation_dataloader = build_boost_validation_dataloader(
+            dp_world_size, dp_rank, tokenizer, job_config
+        )
     return validator
 
 
