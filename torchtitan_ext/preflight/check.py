@@ -55,7 +55,7 @@ FAKE_COMM_MODES = ("fake_backend", "local_tensor")
 
 
 def world_size_from_env(job=None) -> int:
-    """``WORLD_SIZE`` (run_train.sh sets it from ``NGPU``), or ``NGPU`` itself where ``job`` is a dry run
+    """``WORLD_SIZE`` (torchrun sets it in each rank), or ``NGPU`` itself where ``job`` is a dry run
     (``--comm.mode fake_backend``: torchtitan's world size then, with no torchrun to set ``WORLD_SIZE``);
     refused unless it is a whole number."""
     dry = job is not None and getattr(getattr(job, "comm", None), "mode", None) in FAKE_COMM_MODES
@@ -86,8 +86,10 @@ def preflight(argv: list[str], world_size: int | None = None) -> SimpleNamespace
     """The check before any process starts: ``argv`` read (``read_job``), the rules, the input files,
     the warnings, and the run folder and checkpoint it would resume from; the job's values.
 
-    Imports no torchtitan (torch only where a checkpoint is inspected); ``ConfigError`` for a bad
-    job, ``CheckpointRefused`` / ``RunFolderInUse`` (``SystemExit``s with the message) for a run folder
+    Everything before the run folder's check imports neither torch nor torchtitan; that check loads
+    torch (checkpoint metadata), and torchtitan only where a checkpoint's model is compared with the
+    job's (whose vocabulary is the tokenizer's, as torchtitan loads it). ``ConfigError`` for a bad job,
+    ``CheckpointRefused`` / ``RunFolderInUse`` (``SystemExit``s with the message) for a run folder
     that must not be resumed or is in use."""
     job = read_job(argv)
     if job.help_asked:
