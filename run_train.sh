@@ -6,6 +6,8 @@
 # DRY_RUN=1 runs one process as rank 0 of NGPU on torchtitan's fake process group (no torchrun,
 # no communication): the real layout and model at the real world size, on one machine.
 #   DRY_RUN=1 NGPU=16 CONFIG_FILE=train_configs/7B.toml ./run_train.sh --training.steps 2
+# LOG_RANK=0,1 shows more ranks on the console; LOG_DIR=path keeps every rank's output in files;
+# TRAIN_FILE names the module each rank runs (torchtitan_ext.train).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -21,7 +23,6 @@ done
 if [[ -n "${CONFIG_FILE:-}" || "$config_in_args" == "0" ]]; then
   CONFIG_ARGS=(--job.config_file "${CONFIG_FILE:-./train_configs/debug.toml}")
 fi
-TRAIN_FILE=${TRAIN_FILE:-"torchtitan_ext.train"}
 PYTHON=${PYTHON:-python}
 if [[ -z "${VIRTUAL_ENV:-}" && -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; fi
 
@@ -30,29 +31,9 @@ if [[ -z "${VIRTUAL_ENV:-}" && -x .venv/bin/python ]]; then PYTHON=.venv/bin/pyt
 DRY_ARGS=()
 if [[ "${DRY_RUN:-0}" == "1" ]]; then DRY_ARGS=(--comm.mode fake_backend); fi
 
-# Refuse a bad configuration before any process starts (names the field and the fix); NGPU
-# is checked there too, before the arithmetic below divides by it.
-WORLD_SIZE="$NGPU" "$PYTHON" -m torchtitan_ext.preflight "${CONFIG_ARGS[@]+"${CONFIG_ARGS[@]}"}" \
-  "${DRY_ARGS[@]+"${DRY_ARGS[@]}"}" "$@" || exit 2
-
-# Two CPU processes on two cores: keep each to its share instead of oversubscribing.
-PROCESSES=$NGPU
-if [[ "${DRY_RUN:-0}" == "1" ]]; then PROCESSES=1; fi
-if ! "$PYTHON" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-$(( ($(nproc) + PROCESSES - 1) / PROCESSES ))}
-fi
-
-if [[ "${DRY_RUN:-0}" == "1" ]]; then
-  # one process, rank 0 of NGPU; torchtitan's trainer still reads LOCAL_RANK
-  NGPU="$NGPU" LOCAL_RANK=0 RANK=0 exec "$PYTHON" -m "$TRAIN_FILE" \
-    "${CONFIG_ARGS[@]+"${CONFIG_ARGS[@]}"}" "${DRY_ARGS[@]}" "$@"
-fi
-
-# LOG_DIR=path keeps every rank's stdout/stderr in files (torchrun's --log-dir), not only LOG_RANK's.
-LOG_ARGS=()
-if [[ -n "${LOG_DIR:-}" ]]; then LOG_ARGS=(--log-dir "$LOG_DIR"); fi
-
-PYTORCH_ALLOC_CONF=${PYTORCH_ALLOC_CONF:-"expandable_segments:True"} \
-exec "$PYTHON" -m torchtitan_ext.launch --nproc_per_node="$NGPU" --rdzv_backend c10d --rdzv_endpoint="localhost:0" \
-  --local-ranks-filter "${LOG_RANK:-0}" --role rank --tee 3 "${LOG_ARGS[@]+"${LOG_ARGS[@]}"}" \
-  -m "$TRAIN_FILE" "${CONFIG_ARGS[@]+"${CONFIG_ARGS[@]}"}" "$@"
+# One Python process before the ranks (torchtitan_ext/start.py): the preflight refuses a bad
+# configuration before any process starts (one line naming the field and the fix; a value that does
+# not parse before torch loads), each CPU process gets its share of the cores (OMP_NUM_THREADS),
+# then torchrun's agent starts the ranks in that process (with DRY_RUN=1, the trainer runs there).
+NGPU="$NGPU" exec "$PYTHON" -m torchtitan_ext.start "${CONFIG_ARGS[@]+"${CONFIG_ARGS[@]}"}" \
+  "${DRY_ARGS[@]+"${DRY_ARGS[@]}"}" "$@"

@@ -9,17 +9,29 @@ Example::
     True
 """
 
-from boost.comm_counter import CommCounter
-from boost.model import FLAVORS, ModelArgs, Transformer, flops_per_token
-from boost.parallel import BoostParallelStyle, apply_lowrank_ac, apply_tp
+import importlib
 
-__all__ = [
-    "FLAVORS",
-    "ModelArgs",
-    "Transformer",
-    "flops_per_token",
-    "CommCounter",
-    "BoostParallelStyle",
-    "apply_tp",
-    "apply_lowrank_ac",
-]
+# Loaded on first use, not at ``import boost``: the launcher reads a job with the torch-free parts of
+# the library (rules, options, ConfigError) and refuses a bad one before torch loads.
+_EXPORTS = {
+    "FLAVORS": "boost.model",
+    "ModelArgs": "boost.model",
+    "Transformer": "boost.model",
+    "flops_per_token": "boost.model",
+    "CommCounter": "boost.comm_counter",
+    "BoostParallelStyle": "boost.parallel",
+    "apply_tp": "boost.parallel",
+    "apply_lowrank_ac": "boost.parallel",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'boost' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

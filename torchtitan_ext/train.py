@@ -10,6 +10,7 @@ import sys
 import time
 
 import torch.distributed as dist
+from torchtitan.tools.logging import logger
 from torchtitan.train import Trainer, main
 
 from boost.process_exit import exit_finished_process
@@ -21,6 +22,7 @@ from torchtitan_ext.guards.graceful_stop import GracefulStop
 from torchtitan_ext.guards.launcher_watch import end_with_launcher
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
+from torchtitan_ext.startup_clock import STARTUP
 from torchtitan_ext.train_spec import register_boost_train_spec
 
 # How long ranks other than 0 wait, after a refusal, for torchrun to stop them once rank 0 has exited.
@@ -34,6 +36,9 @@ class BoostTrainer(Trainer):
     checkpointer: BoostCheckpointManager
 
     def __init__(self, job_config):
+        STARTUP.mark("config")  # torchtitan's main has read the job
+        if job_config.compile.enable:
+            STARTUP.watch_compiles()
         if "TORCHELASTIC_RUN_ID" in os.environ:  # started by torchrun, not a dry run's shell
             end_with_launcher()
         try:
@@ -66,10 +71,18 @@ class BoostTrainer(Trainer):
         )
         self.stop.device = self.device
         self._start_step: int | None = None
+        self._first_step_done = False
 
     def train_step(self, data_iterator) -> None:
         self.metrics_processor.step_begins(self.step)  # which steps the communication counter watches
+        if self._first_step_done:
+            super().train_step(data_iterator)
+            return
+        STARTUP.begin("step 1")
         super().train_step(data_iterator)
+        STARTUP.end("step 1")
+        self._first_step_done = True
+        logger.info(STARTUP.line())
 
     def should_continue_training(self) -> bool:
         # torchtitan asks this at every step boundary, after the step's own save and validation
@@ -102,6 +115,7 @@ class BoostTrainer(Trainer):
 
 
 if __name__ == "__main__":
+    STARTUP.mark("imports")
     register_boost_train_spec()
     main(BoostTrainer)  # raises on failure: only a finished run reaches the next line
     exit_finished_process()  # see boost.process_exit: gloo can abort in interpreter finalisation

@@ -19,22 +19,36 @@ from torchtitan_ext.infra.parallelize import parallelize_boost
 from torchtitan_ext.infra.pipeline import pipeline_boost
 from torchtitan_ext.metrics import build_boost_metrics_processor
 from torchtitan_ext.model import JobModelArgs, JobTransformer
+from torchtitan_ext.startup_clock import STARTUP
+
+
+def _build_dataloader(*args, **kwargs):
+    with STARTUP.timing("data"):
+        dataloader = build_boost_dataloader(*args, **kwargs)
+    STARTUP.begin("model")  # torchtitan builds, parallelises and initialises the model next
+    return dataloader
+
+
+def _build_optimizers(*args, **kwargs):
+    STARTUP.end("model")  # torchtitan builds the optimizer once the model is initialised
+    return build_optimizers(*args, **kwargs)
 
 
 def get_train_spec() -> TrainSpec:
+    """The train spec, its builders timed for the start-up line (``torchtitan_ext.startup_clock``)."""
     return TrainSpec(
         model_cls=JobTransformer,
         # The [boost] section sets kind, rank and vocabulary in JobModelArgs.update_from_config.
         model_args={name: JobModelArgs.from_flavor(name) for name in FLAVORS},
         parallelize_fn=parallelize_boost,
         pipelining_fn=pipeline_boost,
-        build_optimizers_fn=build_optimizers,
+        build_optimizers_fn=_build_optimizers,
         build_lr_schedulers_fn=build_lr_schedulers,
-        build_dataloader_fn=build_boost_dataloader,
-        build_tokenizer_fn=build_boost_tokenizer,
+        build_dataloader_fn=_build_dataloader,
+        build_tokenizer_fn=STARTUP.timed("tokenizer", build_boost_tokenizer),
         build_loss_fn=build_cross_entropy_loss,
-        build_validator_fn=build_boost_validator,
-        build_metrics_processor_fn=build_boost_metrics_processor,
+        build_validator_fn=STARTUP.timed("data", build_boost_validator),
+        build_metrics_processor_fn=STARTUP.timed("metrics", build_boost_metrics_processor),
     )
 
 

@@ -5,7 +5,7 @@
 of them. Where the ``stdlib`` corpus is lenient (a few latin-1 bytes in the standard library are
 replaced), a user's corpus is not: an empty, blank, unreadable, non-UTF-8 or binary file, or a line
 or row that is not a text document, is refused, so nothing trains on garbage or loops over nothing.
-The preflight (``torchtitan_ext.data.text_datasets.check_dataset``), the loader
+The preflight (``torchtitan_ext.data.dataset_check.check_dataset``), the loader
 (``torchtitan_ext.data.text_datasets.load_local_dataset``) and ``boost.evaluate`` read through here.
 """
 

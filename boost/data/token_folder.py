@@ -32,17 +32,19 @@ from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from boost.config_error import ConfigError, refuse
+
+if TYPE_CHECKING:
+    import torch
 
 FORMAT = "boost-tokens"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 SPLITS = ("train", "validation")
-# file dtype name -> (torch dtype, bytes per token)
-DTYPES = {"uint16": (torch.uint16, 2), "uint32": (torch.uint32, 4)}
+# file dtype name (torch's name of it too) -> bytes per token
+DTYPES = {"uint16": 2, "uint32": 4}
 PREPARE_COMMAND = "python -m boost.data.prepare --config TOML --input CORPUS --output DIR"
 
 
@@ -206,7 +208,7 @@ def read_manifest(folder: str | Path, field: str) -> Manifest:
         )
     if manifest.dtype not in DTYPES:
         refuse(field, str(folder), f"{MANIFEST} names dtype {manifest.dtype!r}, not one of {sorted(DTYPES)}")
-    itemsize = DTYPES[manifest.dtype][1]
+    itemsize = DTYPES[manifest.dtype]
     for split in manifest.splits.values():
         for shard in split.shards:
             for suffix, size in ((".bin", shard.tokens * itemsize), (".idx", (shard.documents + 1) * 8)):
@@ -232,10 +234,12 @@ class TokenSplit:
     """
 
     def __init__(self, folder: str | Path, manifest: Manifest, split: str):
+        import torch  # here: the preflight reads manifests (this module) before torch loads
+
         self.folder = Path(folder).expanduser()
         self.manifest = manifest
         shards = [s for s in manifest.splits[split].shards if s.tokens > 0]
-        torch_dtype = DTYPES[manifest.dtype][0]
+        torch_dtype = getattr(torch, manifest.dtype)
         # torch.from_file maps the file (MAP_PRIVATE) and keeps no descriptor: a thousand shards are fine.
         self._maps = [
             torch.from_file(
@@ -252,6 +256,8 @@ class TokenSplit:
 
     def read(self, start: int, length: int) -> torch.Tensor:
         """Ids ``[start, start + length)`` of the split as int64 (a window may span shards)."""
+        import torch
+
         if start < 0 or start + length > len(self):
             raise IndexError(f"tokens [{start}, {start + length}) of a split of {len(self)}")
         pieces = []

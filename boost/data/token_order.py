@@ -22,12 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from fractions import Fraction
-
-import torch
+from typing import TYPE_CHECKING
 
 from boost.data.keyed_permutation import KeyedPermutation, derive_key
 from boost.data.token_blend import BlendSchedule
 from boost.data.token_folder import TokenSplit
+
+if TYPE_CHECKING:  # torch loads with the splits it reads, not with the preflight's checks of an order
+    import torch
 
 
 def micro_batch_start(start: int, index: int, dp_rank: int, dp_degree: int, batch: int) -> int:

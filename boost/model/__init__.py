@@ -1,20 +1,29 @@
 """The BOOST decoder and its parts, written for one device: parallel plans are applied to a built model."""
 
-from boost.model.args import FLAVORS, ModelArgs, flops_per_token, matmul_params
-from boost.model.kv_cache import KVCache
-from boost.model.linears import BatchedUp, Bottleneck, LatentCrossing, RMSNorm
-from boost.model.model import Transformer, TransformerBlock
+import importlib
 
-__all__ = [
-    "FLAVORS",
-    "ModelArgs",
-    "flops_per_token",
-    "matmul_params",
-    "BatchedUp",
-    "Bottleneck",
-    "KVCache",
-    "LatentCrossing",
-    "RMSNorm",
-    "Transformer",
-    "TransformerBlock",
-]
+from boost.model.args import FLAVORS, ModelArgs, flops_per_token, matmul_params
+
+# The modules that need torch load on first use: ModelArgs and the flavor table (torch-free) are what
+# the preflight's rules read before torch loads.
+_TORCH_EXPORTS = {
+    "BatchedUp": "boost.model.linears",
+    "Bottleneck": "boost.model.linears",
+    "KVCache": "boost.model.kv_cache",
+    "LatentCrossing": "boost.model.linears",
+    "RMSNorm": "boost.model.linears",
+    "Transformer": "boost.model.model",
+    "TransformerBlock": "boost.model.model",
+}
+
+__all__ = ["FLAVORS", "ModelArgs", "flops_per_token", "matmul_params", *_TORCH_EXPORTS]
+
+
+def __getattr__(name: str):
+    if name in _TORCH_EXPORTS:
+        return getattr(importlib.import_module(_TORCH_EXPORTS[name]), name)
+    raise AttributeError(f"module 'boost.model' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_TORCH_EXPORTS])

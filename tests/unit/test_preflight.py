@@ -364,8 +364,9 @@ def test_command_line_reading_equals_torchtitans():
 
     from torchtitan.config import ConfigManager
 
-    from torchtitan_ext.preflight.check import _merged, job_values
     from torchtitan_ext.preflight.command_line import options, parse_overrides
+    from torchtitan_ext.preflight.read import job_values
+    from torchtitan_ext.preflight.read import merged as _merged
     from torchtitan_ext.torchtitan_private import merged_job_config_class
 
     base = ["--job.config_file", CONFIG]

@@ -284,16 +284,16 @@ def test_every_shipped_tomls_header_trains_on_a_prepared_folder(cache_dir, tmp_p
 
 
 def test_a_large_local_corpus_is_warned_about_from_its_file_sizes_before_it_is_read(tmp_path, monkeypatch):
-    import torchtitan_ext.data.text_datasets as text_datasets
+    import torchtitan_ext.data.dataset_check as dataset_check
 
     corpus = tmp_path / "corpus.jsonl"
     corpus.write_text('{"text": "a document"}\n{"no text": 1}\n')
-    monkeypatch.setattr(text_datasets, "LOCAL_CORPUS_WARN_BYTES", corpus.stat().st_size - 1)
+    monkeypatch.setattr(dataset_check, "LOCAL_CORPUS_WARN_BYTES", corpus.stat().st_size - 1)
     with (
         pytest.warns(UserWarning) as warned,
         pytest.raises(ConfigError, match="corpus.jsonl:2 has no 'text' field"),
     ):
-        text_datasets.check_dataset("local", str(corpus), "training", 1)
+        dataset_check.check_dataset("local", str(corpus), "training", 1)
     assert str(warned[0].message).startswith(
         f"training.dataset_path = {str(corpus)!r}: a local corpus of 0.0 GB of files, which every rank holds in "
         "memory (several times its size); prepare it once into token shards and train from them: "

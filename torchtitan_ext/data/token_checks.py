@@ -24,8 +24,9 @@ from boost.config_error import refuse
 from boost.data.token_blend import BlendSchedule
 from boost.data.token_order import order_differences, order_identity, unrepeated_length
 from boost.data.tokenizer_fingerprint import tokenizer_fingerprint
-from torchtitan_ext.data.token_loader import DATASET_STATE, TOKEN_ORDER
 from torchtitan_ext.data.token_sources import (
+    DATASET_STATE,
+    TOKEN_ORDER,
     TokenSource,
     dataset_seed,
     training_sources,

@@ -30,17 +30,14 @@ from boost.data.token_blend import BlendPart, describe_blend
 from boost.data.token_folder import TokenSplit
 from boost.data.token_order import TokenOrder
 from torchtitan_ext.data.token_sources import (
+    DATASET_STATE,
+    TOKEN_ORDER,
     VALIDATION_SEED,
     TokenSource,
     dataset_seed,
     training_sources,
     validation_sources,
 )
-
-# torchdata's key of the dataset's own state in a StatefulDataLoader's (torchdata.stateful_dataloader.incremental_state)
-DATASET_STATE = "dataset_state"
-TOKEN_ORDER = "token_order"
-"""The dataloader's checkpoint key (``dataloader.token_order`` in DCP): the order's state, one for all ranks."""
 
 
 class GlobalOrderDataloader(ParallelAwareDataloader):

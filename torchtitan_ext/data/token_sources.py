@@ -22,6 +22,10 @@ from boost.data.token_blend import parse_blend
 from boost.data.token_folder import PREPARE_COMMAND, Manifest, read_manifest
 
 TOKENS = "tokens"
+# torchdata's key of the dataset's own state in a StatefulDataLoader's (torchdata.stateful_dataloader.incremental_state)
+DATASET_STATE = "dataset_state"
+TOKEN_ORDER = "token_order"
+"""The dataloader's checkpoint key (``dataloader.token_order`` in DCP): the order's state, one for all ranks."""
 # Validation windows are shuffled by a key of their own, not the run's seed: runs with different seeds
 # score the same text.
 VALIDATION_SEED = 0

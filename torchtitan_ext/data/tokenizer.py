@@ -9,15 +9,22 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
-from torchtitan.components.tokenizer import HuggingFaceTokenizer
-from torchtitan.config import JobConfig
-from torchtitan.tools.logging import logger
 
 from boost.config_error import ConfigError, refuse
 from boost.data.offline_tokenizer import tokenizer_dir
+
+if TYPE_CHECKING:
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+    from torchtitan.config import JobConfig
+
+# torchtitan's logger is the root logger; naming it here keeps this module free of torchtitan's import,
+# so the launcher's check of the tokenizer files loads no torchtitan.
+logger = logging.getLogger()
 
 # torchtitan's default points into its own source tree; outside it, it is not a user's choice.
 _TORCHTITAN_DEFAULT_ASSETS = "./tests/assets/tokenizer"
@@ -82,6 +89,8 @@ def check_tokenizer_assets(hf_assets_path: str, tp_degree: int) -> None:
 
 @functools.cache
 def _tokenizer_in(folder: Path) -> HuggingFaceTokenizer:
+    from torchtitan.components.tokenizer import HuggingFaceTokenizer
+
     return HuggingFaceTokenizer(str(folder))
 
 

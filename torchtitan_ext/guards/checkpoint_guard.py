@@ -29,8 +29,7 @@ from boost.checkpoint_folder import (
 )
 from boost.rules import data_parallel_degree
 from torchtitan_ext.data.token_checks import token_order_problem
-from torchtitan_ext.data.token_loader import TOKEN_ORDER
-from torchtitan_ext.data.token_sources import is_tokens
+from torchtitan_ext.data.token_sources import TOKEN_ORDER, is_tokens
 from torchtitan_ext.guards.checkpoint_identity import (
     describe_differences,
     identity_differences,

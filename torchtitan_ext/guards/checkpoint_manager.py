@@ -35,6 +35,7 @@ from torchtitan.components.checkpoint import DATALOADER, CheckpointManager
 from boost.checkpoint_folder import checkpoint_folders, checkpoint_step
 from torchtitan_ext.guards.checkpoint_guard import ResumePlan
 from torchtitan_ext.guards.checkpoint_identity import write_identity
+from torchtitan_ext.startup_clock import STARTUP
 
 
 class BoostCheckpointManager(CheckpointManager):
@@ -69,7 +70,8 @@ class BoostCheckpointManager(CheckpointManager):
     def load(self, step: int = -1) -> bool:
         """Load the plan's step. torchtitan's trainer passes ``checkpoint.load_step``, from which the
         plan was derived (the step it names, or the newest intact one for -1)."""
-        return super().load(step=self.resume_plan.step)
+        with STARTUP.timing("checkpoint load"):
+            return super().load(step=self.resume_plan.step)
 
     def save(self, curr_step: int, last_step: bool = False) -> None:
         if self._should_save(curr_step, last_step):

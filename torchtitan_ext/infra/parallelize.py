@@ -7,6 +7,7 @@ so is one FSDP2 argument: where a batched up-projection is sharded (``shard_plac
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 
 import torch
@@ -89,12 +90,42 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
         logger.info("Applied %s to the model", "HSDP" if parallel_dims.dp_replicate_enabled else "FSDP")
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
-    # torchtitan's maybe_enable_amp says "Mixed precision training is disabled" for TP/PP without FSDP:
-    # the shard-degree-1 wrap above is what holds the precision there
-    logger.info(
-        "BOOST computes in %s", compute_precision(parallel_dims, job_config.training.mixed_precision_param)
-    )
+    precision = compute_precision(parallel_dims, job_config.training.mixed_precision_param)
+    logger.info("BOOST computes in %s", precision)
+    if not parallel_dims.fsdp_enabled and fsdp_for_precision(
+        parallel_dims, job_config.training.mixed_precision_param
+    ):
+        # torchtitan's maybe_enable_amp, called next, says mixed precision is off for TP/PP without
+        # FSDP: the shard-degree-1 wrap above is what holds it there
+        ContraryPrecisionLines.install(precision)
     return model
+
+
+class ContraryPrecisionLines(logging.Filter):
+    """torchtitan's two lines saying mixed precision is off under TP/PP without FSDP, once: its warning
+    is dropped, its "disabled" line says what computes instead (BOOST's FSDP2 at shard degree 1)."""
+
+    WARNING = "Mixed precision training with TP or PP is only supported when FSDP/HSDP/CP is enabled"
+    DISABLED = "Mixed precision training is disabled"
+
+    def __init__(self, precision: str) -> None:
+        super().__init__()
+        self.precision = precision
+
+    @classmethod
+    def install(cls, precision: str) -> None:
+        """On torchtitan's logger, until its "disabled" line has passed (each pipeline stage asks again)."""
+        if not any(isinstance(f, cls) for f in logger.filters):
+            logger.addFilter(cls(precision))
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith(self.WARNING):
+            return False
+        if message == self.DISABLED:
+            record.msg, record.args = f"Mixed precision training: BOOST computes in {self.precision}", None
+            logger.removeFilter(self)
+        return True
 
 
 def fsdp_for_precision(parallel_dims: ParallelDims, mixed_precision_param: str) -> bool:

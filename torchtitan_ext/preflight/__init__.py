@@ -1,18 +1,34 @@
 """Refuse a bad job before any process group, tokenizer, model or checkpoint is touched.
 
-``python -m torchtitan_ext.preflight --job.config_file X.toml`` is ``run_train.sh``'s check; the trainer
-runs ``check_config`` again on every rank. ``check`` reads and checks a job, ``config_types`` checks
-each value's type, ``command_line`` reads the overrides as torchtitan's parser would, ``job_rules`` is
-the table of range and combination rules (BOOST's own rules come from ``boost.rules``).
+``preflight`` is the launcher's check (``torchtitan_ext.start``; ``python -m torchtitan_ext.preflight
+--job.config_file X.toml`` alone); the trainer runs ``check_config`` again on every rank. ``read``
+reads a job without torch or torchtitan (``schema``: torchtitan's dataclasses from a snapshot,
+``config_types``: each value's type, ``command_line``: the overrides as torchtitan's parser would read
+them); ``check`` runs the table of range and combination rules (``job_rules``; BOOST's own rules come
+from ``boost.rules``) and the input files.
 """
 
-from torchtitan_ext.preflight.check import (
-    ConfigError,
-    check_config,
-    check_job,
-    load_toml,
-    main,
-    world_size_from_env,
-)
+import importlib
 
-__all__ = ["ConfigError", "check_config", "check_job", "load_toml", "main", "world_size_from_env"]
+# Loaded on first use: importing torchtitan_ext.preflight.read must not load the checks' imports (torch).
+_EXPORTS = {
+    "ConfigError": "torchtitan_ext.preflight.check",
+    "check_config": "torchtitan_ext.preflight.check",
+    "check_job": "torchtitan_ext.preflight.check",
+    "load_toml": "torchtitan_ext.preflight.read",
+    "main": "torchtitan_ext.preflight.check",
+    "preflight": "torchtitan_ext.preflight.check",
+    "world_size_from_env": "torchtitan_ext.preflight.check",
+}
+
+__all__ = list(_EXPORTS)
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'torchtitan_ext.preflight' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_EXPORTS])

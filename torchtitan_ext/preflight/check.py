@@ -1,123 +1,53 @@
-"""Read a job the way torchtitan does and check it: the TOML file, value types, the rule table, input files.
+"""Check a job before it runs: the values the reader read, the rule table, the input files, the checkpoint.
 
-``check_job(argv, world_size)`` reads the TOML and the command line and checks, in order: the TOML
-file itself (exists, UTF-8, TOML syntax), every value's type against the dataclasses
-(``torchtitan_ext.preflight.config_types``; the command line's overrides are read against the same
-annotations by ``torchtitan_ext.preflight.command_line``), the range and combination rules
-(``torchtitan_ext.preflight.job_rules.RULES``, one table) on the values before torchtitan builds its
-dataclasses from them, then torchtitan's own parse, and the input files (corpus, tokenizer,
-checkpoint). A ``ConfigError`` names the field or file, the value and the fix; ``main`` (the
-preflight in ``run_train.sh``) prints it as one line and exits 2. ``torchtitan_ext.train`` runs
-``check_config`` again on every rank, before any process group exists. docs/config_errors.md lists
+``preflight(argv, world_size)`` is the check before any process starts (``run_train.sh``'s launcher,
+``torchtitan_ext.start``, and ``python -m torchtitan_ext.preflight``): the job as read
+(``torchtitan_ext.preflight.read``: the TOML file, every value's type, the command line's overrides),
+the range and combination rules (``torchtitan_ext.preflight.job_rules.RULES``, one table) on those
+values, then the input files (corpus, tokenizer) and the checkpoint it would resume from. None of it
+builds torchtitan's ``JobConfig``, so the launcher imports no torchtitan: a ``ConfigError`` names the
+field or file, the value and the fix, and ``main`` prints it as one line and exits 2.
+
+``check_job(argv, world_size)`` checks the same and builds the ``JobConfig`` with torchtitan's own
+parse, holding it to its annotations (for tests and in-process callers). ``torchtitan_ext.train``
+runs ``check_config`` on every rank before any process group exists: the rules again (cheap), and
+the input files unless the launcher read them for this very job (``preflight_mark``). docs/config_errors.md lists
 the rules; tests/unit/test_preflight.py and tests/unit/test_config_fuzz.py hold them to it."""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib.util
 import io
+import json
 import os
 import sys
 import warnings
-from dataclasses import is_dataclass
+from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib
 
 from boost.config_error import ConfigError, refuse
 from boost.rules import SHARD_LOCAL_NORM_WARNING, norm_is_shard_local
-from torchtitan_ext.guards.checkpoint_guard import check_resume
-from torchtitan_ext.preflight.command_line import HELP_FLAGS, parse_overrides
-from torchtitan_ext.preflight.config_types import check_instance, check_table, field_types
+from torchtitan_ext.preflight.config_types import check_instance
 from torchtitan_ext.preflight.job_rules import JobContext, broken_rule
+from torchtitan_ext.preflight.read import BOOST_CONFIG_MODULE, ReadJob, as_dict, load_toml, read_job
 from torchtitan_ext.torchtitan_private import job_config_from_toml, merged_job_config_class
 
-CONFIG_FILE_FLAGS = ("--job.config_file", "--job.config-file")
-BOOST_CONFIG_MODULE = "torchtitan_ext.config"
+__all__ = [
+    "ConfigError",
+    "check_config",
+    "check_job",
+    "load_toml",
+    "main",
+    "preflight",
+    "preflight_mark",
+    "world_size_from_env",
+]
 
-__all__ = ["ConfigError", "check_config", "check_job", "load_toml", "main"]
-
-
-def load_toml(path: str) -> dict[str, Any]:
-    """The parsed TOML at ``path``; a missing, unreadable, non-UTF-8 or malformed file is refused with the place."""
-    file = Path(path)
-    if not file.is_file():
-        refuse("job.config_file", path, "no such file; pass an existing TOML (see train_configs/)")
-    try:
-        raw = file.read_bytes()
-    except OSError as e:
-        refuse("job.config_file", path, f"cannot be read ({e.strerror}); check its permissions")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        line = raw.count(b"\n", 0, e.start) + 1
-        raise ConfigError(
-            f"{path}: not UTF-8 text (byte {e.start}, line {line}); a TOML file is UTF-8 text: "
-            "re-save it as UTF-8, or pass the right file"
-        ) from None
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigError(f"{path}: TOML syntax error: {e} — fix the file at that line") from None
-
-
-def _config_file_argument(argv: list[str]) -> str | None:
-    """The config file named in ``argv``, as torchtitan's ``ConfigManager._maybe_load_toml`` finds it (the first
-    one); a second, different one is refused, since torchtitan would silently train the first."""
-    found = []
-    for i, arg in enumerate(argv):
-        key, _, value = arg.partition("=")
-        if key in CONFIG_FILE_FLAGS:
-            if not value and i + 1 >= len(argv):
-                refuse(
-                    "job.config_file",
-                    None,
-                    "the flag needs a path: --job.config_file train_configs/debug.toml",
-                )
-            found.append(value or argv[i + 1])
-    for other in found[1:]:
-        if os.path.realpath(other) != os.path.realpath(found[0]):
-            refuse(
-                "job.config_file",
-                other,
-                f"a second config file, after {found[0]!r} (CONFIG_FILE, or an earlier --job.config_file); "
-                f"torchtitan reads the first alone: name one, as CONFIG_FILE={other} or --job.config_file {other}",
-            )
-    return found[0] if found else None
-
-
-def _job_config_class(argv: list[str], toml_values: dict, config_file: str | None) -> type:
-    """torchtitan's JobConfig merged with ``job.custom_config_module``'s, as the trainer will build it."""
-    try:
-        return merged_job_config_class(argv, toml_values)
-    except (
-        ImportError,
-        AttributeError,
-        TypeError,
-        ValueError,
-    ) as e:  # not a module name, or no JobConfig in it
-        module = next(
-            (
-                a.partition("=")[2] or argv[i + 1]
-                for i, a in enumerate(argv)
-                if a.partition("=")[0] in ("--job.custom_config_module", "--job.custom-config-module")
-                and (("=" in a) or i + 1 < len(argv))
-            ),
-            None,
-        )
-        if module is None and isinstance(toml_values.get("job"), dict):
-            module = toml_values["job"].get("custom_config_module")
-        where = f" (in {config_file})" if config_file else ""
-        refuse(
-            "job.custom_config_module",
-            module,
-            f'cannot be imported as a JobConfig module ({e}); set it to "{BOOST_CONFIG_MODULE}"{where}',
-        )
+# Set by the launcher for the ranks it starts: the job it checked (``preflight_mark``).
+PREFLIGHT_MARK_ENV = "BOOST_PREFLIGHT_PASSED"
 
 
 # torchtitan's dry-run modes: one process, rank 0 of NGPU on a fake process group (init_distributed).
@@ -125,90 +55,84 @@ FAKE_COMM_MODES = ("fake_backend", "local_tensor")
 
 
 def world_size_from_env(job=None) -> int:
-    """``WORLD_SIZE`` (run_train.sh sets it from ``NGPU``), or ``NGPU`` itself where ``job`` is a dry run
+    """``WORLD_SIZE`` (torchrun sets it in each rank), or ``NGPU`` itself where ``job`` is a dry run
     (``--comm.mode fake_backend``: torchtitan's world size then, with no torchrun to set ``WORLD_SIZE``);
     refused unless it is a whole number."""
     dry = job is not None and getattr(getattr(job, "comm", None), "mode", None) in FAKE_COMM_MODES
-    raw = os.environ.get("NGPU", "1") if dry else os.environ.get("WORLD_SIZE", "1")
+    return process_count(os.environ.get("NGPU", "1") if dry else os.environ.get("WORLD_SIZE", "1"))
+
+
+def process_count(raw: str) -> int:
+    """``NGPU`` (or ``WORLD_SIZE``) as a number, refused unless it is a whole number (the rules check its range)."""
     try:
         return int(raw)
     except ValueError:
         refuse("NGPU", raw, "must be a whole number of processes, at least 1")
 
 
-def check_job(argv: list[str], world_size: int | None = None):
-    """Read ``argv`` (and the TOML it names) as torchtitan would, check it, and return torchtitan's
-    ``JobConfig``."""
-    from torchtitan.config import ConfigManager
-
-    config_file = _config_file_argument(argv)
-    toml_values = load_toml(config_file) if config_file else {}
-    config_cls = _job_config_class(argv, toml_values, config_file)
-    if config_file:
-        # Before torchtitan's own parse, which would take a scalar for a section or a string for an int.
-        known = field_types(config_cls)
-        # Known sections first: a misspelt job.custom_config_module is named before the [boost] it unlocks.
-        check_table({k: v for k, v in toml_values.items() if k in known}, config_cls, source=config_file)
-        if "boost" in toml_values and "boost" not in known:
-            job_table = toml_values.get("job") if isinstance(toml_values.get("job"), dict) else {}
-            refuse(
-                "job.custom_config_module",
-                job_table.get("custom_config_module", ""),
-                f'the [boost] section needs it: set it to "{BOOST_CONFIG_MODULE}" (in {config_file})',
-            )
-        check_table(toml_values, config_cls, source=config_file)
-    if any(arg in HELP_FLAGS for arg in argv):
-        return ConfigManager().parse_args(argv)  # tyro prints the help and exits
-    overrides = parse_overrides(argv, config_cls)
+def check_values(job: ReadJob, world_size: int | None = None) -> int:
+    """Refuse the read job for the first rule it breaks; return the world size it was checked at
+    (``world_size``, else the environment's, as ``world_size_from_env`` reads it)."""
+    values = job.values
+    world_size = world_size if world_size is not None else world_size_from_env(values)
     # BOOST's rules read the values before torchtitan's dataclasses exist: their __post_init__ checks
     # would refuse some values without naming the field, and the rule table names it with the fix.
-    values = job_values(config_cls, _merged(toml_values, overrides))
-    world_size = world_size if world_size is not None else world_size_from_env(values)
     _check_boost_section(values)
     check_rules(values, world_size)
-    job = _torchtitan_job(argv, config_cls, toml_values, config_file, overrides)
-    check_instance(job)  # what torchtitan built, typed as its annotations say; the rules ran on its values
-    _check_built_job(job, world_size)
-    return job
+    return world_size
 
 
-def _merged(toml_values: dict, overrides: dict) -> dict:
-    """The TOML's values with the command line's over them, section by section."""
-    merged = dict(toml_values)
-    for name, value in overrides.items():
-        merged[name] = _merged(merged.get(name, {}), value) if isinstance(value, dict) else value
-    return merged
+def preflight(argv: list[str], world_size: int | None = None) -> SimpleNamespace:
+    """The check before any process starts: ``argv`` read (``read_job``), the rules, the input files,
+    the warnings, and the run folder and checkpoint it would resume from; the job's values.
+
+    Everything before the run folder's check imports neither torch nor torchtitan; that check loads
+    torch (checkpoint metadata), and torchtitan only where a checkpoint's model is compared with the
+    job's (whose vocabulary is the tokenizer's, as torchtitan loads it). ``ConfigError`` for a bad job,
+    ``CheckpointRefused`` / ``RunFolderInUse`` (``SystemExit``s with the message) for a run folder
+    that must not be resumed or is in use."""
+    job = read_job(argv)
+    if job.help_asked:
+        _print_help(argv)
+    world_size = check_values(job, world_size)
+    _check_built_job(job.values, world_size)
+    from torchtitan_ext.guards.checkpoint_guard import check_resume  # the checkpoint reader needs torch
+
+    check_resume(job.values)
+    return job.values
 
 
-def job_values(config_cls: type, values: dict) -> SimpleNamespace:
-    """``values`` over ``config_cls``'s defaults, read as the ``JobConfig`` built from them will be
-    (``job.training.steps``), without building it."""
-
-    def section(cls: type, default, table: dict) -> SimpleNamespace:
-        return SimpleNamespace(
-            **{
-                name: section(hint, getattr(default, name), table.get(name, {}))
-                if is_dataclass(hint)
-                else table.get(name, getattr(default, name))
-                for name, hint in field_types(cls).items()
-            }
-        )
-
-    return section(config_cls, config_cls(), values)
+def check_job(argv: list[str], world_size: int | None = None):
+    """Read ``argv`` (and the TOML it names) as torchtitan would, check it, and return torchtitan's
+    ``JobConfig`` (built by torchtitan's own parse, and held to its annotations)."""
+    job = read_job(argv)
+    if job.help_asked:
+        _print_help(argv)
+    world_size = check_values(job, world_size)
+    built = _torchtitan_job(argv, job)
+    check_instance(built)  # what torchtitan built, typed as its annotations say; the rules ran on its values
+    _check_built_job(built, world_size)
+    return built
 
 
-def _torchtitan_job(
-    argv: list[str], config_cls: type, toml_values: dict, config_file: str | None, overrides: dict
-):
+def _print_help(argv: list[str]) -> None:
+    from torchtitan.config import ConfigManager
+
+    ConfigManager().parse_args(argv)  # tyro prints the help and exits
+
+
+def _torchtitan_job(argv: list[str], job: ReadJob):
     """The ``JobConfig`` torchtitan builds from values the preflight has read and checked."""
     from torchtitan.config import ConfigManager
 
     captured = io.StringIO()
     try:
-        if config_file and set(overrides) <= {"job"} and set(overrides.get("job", {})) <= {"config_file"}:
+        overrides = job.overrides
+        if job.config_file and set(overrides) <= {"job"} and set(overrides.get("job", {})) <= {"config_file"}:
             # Only the TOML: torchtitan's TOML-to-dataclass step is then the whole parse (tyro would
             # return its defaults unchanged, after 0.2 s of building a parser).
-            return job_config_from_toml(config_cls, toml_values, config_file)
+            config_cls = merged_job_config_class(argv, job.toml_values)
+            return job_config_from_toml(config_cls, job.toml_values, job.config_file)
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
             return ConfigManager().parse_args(argv)
     except SystemExit as e:
@@ -238,12 +162,25 @@ def _check_boost_section(job) -> None:
         refuse("job.custom_config_module", job.job.custom_config_module, f'set it to "{BOOST_CONFIG_MODULE}"')
 
 
+def preflight_mark(job, world_size: int) -> str:
+    """A digest of a job's values (a ``JobConfig`` or the read values) and world size: the launcher
+    hands its own to the ranks it starts, and a rank whose job has the same digest was checked in full."""
+    values = asdict(job) if is_dataclass(job) else as_dict(job)
+    text = json.dumps([values, world_size], sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def check_config(job, world_size: int) -> None:
-    """Raise ``ConfigError`` for the first thing that cannot work; warn for what works but misleads."""
+    """Raise ``ConfigError`` for the first thing that cannot work; warn for what works but misleads.
+
+    In a rank of a launch whose preflight checked this very job (``PREFLIGHT_MARK_ENV``), the input
+    files are not read again (a corpus is read in full) and the warnings were printed: the rules still
+    run (no I/O). A rank started by torchrun directly checks everything."""
     _check_boost_section(job)
     check_instance(job)
     check_rules(job, world_size)
-    _check_built_job(job, world_size)
+    if os.environ.get(PREFLIGHT_MARK_ENV) != preflight_mark(job, world_size):
+        _check_built_job(job, world_size)
 
 
 def _check_built_job(job, world_size: int) -> None:
@@ -255,7 +192,7 @@ def _check_built_job(job, world_size: int) -> None:
 
 def check_input_files(job, world_size: int) -> None:
     """The files a run reads at start: corpus, tokenizer, initial checkpoint, custom import."""
-    from torchtitan_ext.data.text_datasets import check_dataset
+    from torchtitan_ext.data.dataset_check import check_dataset
     from torchtitan_ext.data.token_checks import check_token_data
     from torchtitan_ext.data.token_sources import is_tokens
     from torchtitan_ext.data.tokenizer import check_tokenizer_assets
@@ -294,9 +231,10 @@ def check_input_files(job, world_size: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """``python -m torchtitan_ext.preflight ARGS``: the launcher's check alone; exit 2 on a refusal
+    (a refused checkpoint or a held run folder exits with its message)."""
     try:
-        job = check_job(sys.argv[1:] if argv is None else argv)
+        preflight(sys.argv[1:] if argv is None else argv)
     except ConfigError as e:
         print(f"BOOST config error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    check_resume(job)  # the run folder and the checkpoint it would resume from; refuses with SystemExit

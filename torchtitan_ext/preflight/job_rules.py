@@ -205,10 +205,10 @@ def _validation_splits_into_microbatches(ctx: JobContext) -> str | None:
 
 
 def _known_pipeline_schedule(ctx: JobContext) -> str | None:
-    from torch.distributed.pipelining.schedules import get_schedule_class
-
     if ctx.pp == 1:
         return None
+    from torch.distributed.pipelining.schedules import get_schedule_class  # torch only under PP
+
     try:
         get_schedule_class(ctx.job.parallelism.pipeline_parallel_schedule)
     except ValueError as e:

@@ -1,0 +1,100 @@
+"""``run_train.sh``'s one Python process: the preflight, the device, then torchrun's agent or the dry run.
+
+``python -m torchtitan_ext.start ARGS`` takes the trainer's arguments (``--job.config_file X.toml``
+and the overrides) and run_train.sh's environment: ``NGPU`` (processes on this node), ``DRY_RUN=1``
+(one process, rank 0 of ``NGPU``, on torchtitan's fake process group), ``TRAIN_FILE`` (the module each
+rank runs, ``torchtitan_ext.train``), ``LOG_RANK`` (the ranks shown on the console, ``0``) and
+``LOG_DIR`` (every rank's output kept in files). In order:
+
+1. The preflight (``torchtitan_ext.preflight.preflight``). A value that does not parse, a broken
+   rule or a bad input file is refused before torch is imported, a refused checkpoint or a held run
+   folder after it: one line, exit 2, and no process started.
+2. The device: where torch sees no accelerator, each process gets its share of the cores
+   (``OMP_NUM_THREADS``, unless set): CPU processes each default to every core and oversubscribe.
+3. torchrun's agent in this process (``torchtitan_ext.launch``), which starts the ranks; with
+   ``DRY_RUN=1``, the trainer itself in this process.
+
+The ranks are told which job was checked (``PREFLIGHT_MARK_ENV``): a rank whose job is that one
+does not read its input files again. Started by torchrun directly, a rank checks everything.
+"""
+
+from __future__ import annotations
+
+import os
+import runpy
+import sys
+
+from boost.config_error import ConfigError
+
+TRAIN_MODULE = "torchtitan_ext.train"
+# the ranks' CUDA allocator, unless PYTORCH_ALLOC_CONF says otherwise (fewer fragmentation OOMs)
+ALLOC_CONF = "expandable_segments:True"
+
+
+def main(argv: list[str]) -> int:
+    from torchtitan_ext.preflight.check import PREFLIGHT_MARK_ENV, preflight, preflight_mark, process_count
+
+    dry_run = os.environ.get("DRY_RUN", "0") == "1"
+    try:
+        ngpu = process_count(os.environ.get("NGPU", "1"))
+        values = preflight(argv, ngpu)
+    except ConfigError as e:
+        print(f"BOOST config error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # a refused checkpoint or a held run folder: the message alone
+        if not isinstance(e.code, str):
+            raise  # --help, whose text torchtitan's parser printed
+        print(e.code, file=sys.stderr, flush=True)
+        return 2
+    os.environ[PREFLIGHT_MARK_ENV] = preflight_mark(values, ngpu)
+    share_the_cores(1 if dry_run else ngpu)
+    train_module = os.environ.get("TRAIN_FILE") or TRAIN_MODULE
+    if dry_run:
+        return _dry_run(train_module, argv, ngpu)
+    from torchtitan_ext.launch import main as launch
+
+    os.environ.setdefault("PYTORCH_ALLOC_CONF", ALLOC_CONF)
+    log_dir = os.environ.get("LOG_DIR")
+    return launch(
+        [
+            f"--nproc_per_node={ngpu}",
+            "--rdzv_backend",
+            "c10d",
+            "--rdzv_endpoint=localhost:0",
+            "--local-ranks-filter",
+            os.environ.get("LOG_RANK") or "0",
+            "--role",
+            "rank",
+            "--tee",
+            "3",
+            *(["--log-dir", log_dir] if log_dir else []),
+            "-m",
+            train_module,
+            *argv,
+        ]
+    )
+
+
+def share_the_cores(processes: int) -> None:
+    """Where torch sees no accelerator, give each of ``processes`` its share of this machine's cores
+    (``OMP_NUM_THREADS``, unless it is set), rounded up."""
+    import torch
+
+    if torch.cuda.is_available() or os.environ.get("OMP_NUM_THREADS"):
+        return
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    threads = -(-cores // processes)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)  # this process too, where it trains (the dry run): torch is loaded
+
+
+def _dry_run(train_module: str, argv: list[str], ngpu: int) -> int:
+    """torchtitan's dry run, in this process: rank 0 of ``ngpu`` (its trainer still reads ``LOCAL_RANK``)."""
+    os.environ.update(NGPU=str(ngpu), LOCAL_RANK="0", RANK="0")
+    sys.argv = [train_module, *argv]
+    runpy.run_module(train_module, run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
