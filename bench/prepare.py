@@ -1,9 +1,11 @@
 """prepare's tokens/s against the tokenizer's own ``encode_batch`` on the same texts held in memory.
 
-One run, side by side and interleaved (the machine is shared: only the ratios mean much), on a
-C4-shaped ``.json.gz`` corpus (``bench.c4_like_corpus``) with a run's tokenizer:
+One run, side by side and interleaved, on a C4-shaped ``.json.gz`` corpus (``bench.c4_like_corpus``)
+with a run's tokenizer. Each row gives wall time and CPU time (user + system of the process and all
+its descendants): on a shared machine the wall-clock rates depend on the neighbours, the CPU seconds
+a job needs much less; the rate a quiet machine would give is bounded by both.
 
-- ``encode_batch`` (and ``encode_batch_fast``) over the texts already in memory, all cores, 1,024
+- ``encode_batch`` over the texts already in memory, all cores, 1,024
   documents a call: no reading, no gunzip, no JSON, no writing — the bound prepare is measured by;
 - ``python -m boost.data.prepare`` with ``--workers 1`` and with all cores, a fresh folder each time,
   start-up, reading, gunzip, JSON, framing and writing included;
@@ -20,6 +22,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -57,30 +60,68 @@ def read_texts(corpus: Path) -> list[str]:
     return [json.loads(line)["text"] for path in sorted(corpus.glob("*.json.gz")) for line in gzip.open(path)]
 
 
-def in_memory_seconds(tokenizer: Tokenizer, texts: list[str], method: str) -> tuple[float, int]:
+def cpu_seconds(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _sample_tree(root: int, ticks: dict[int, int]) -> None:
+    """Record the CPU ticks so far (user + system) of ``root`` and of each descendant alive now."""
+    parent_of, used = {}, {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parent_of[int(entry)], used[int(entry)] = int(fields[1]), int(fields[11]) + int(fields[12])
+    for pid, total in used.items():
+        ancestor = pid
+        while ancestor != root and ancestor in parent_of and ancestor > 1:
+            ancestor = parent_of[ancestor]
+        if ancestor == root:
+            ticks[pid] = total
+
+
+def run_measured(command: list[str]) -> tuple[float, float]:
+    """Wall and CPU seconds of ``command`` and all its descendants, sampled from /proc every 0.1 s.
+
+    Sampled, not ``RUSAGE_CHILDREN``: a tool whose workers are never waited for (datatrove's pool)
+    would count only its main process. A process's last <0.1 s after the final sample is missed."""
+    ticks: dict[int, int] = {}
+    start = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while process.poll() is None:
+        _sample_tree(process.pid, ticks)
+        time.sleep(0.1)
+    seconds = time.perf_counter() - start
+    if process.returncode:
+        raise subprocess.CalledProcessError(process.returncode, command, stderr=process.stderr.read())
+    return seconds, sum(ticks.values()) / os.sysconf("SC_CLK_TCK")
+
+
+def in_memory_seconds(tokenizer: Tokenizer, texts: list[str], method: str) -> tuple[float, float, int]:
     encode = getattr(tokenizer, method)
-    start, tokens = time.perf_counter(), 0
+    start, cpu, tokens = time.perf_counter(), cpu_seconds(resource.RUSAGE_SELF), 0
     for i in range(0, len(texts), BATCH):
         tokens += sum(len(e.ids) + 2 for e in encode(texts[i : i + BATCH], add_special_tokens=False))
-    return time.perf_counter() - start, tokens
+    return time.perf_counter() - start, cpu_seconds(resource.RUSAGE_SELF) - cpu, tokens
 
 
-def prepare_seconds(corpus: Path, config: str, workers: int, scratch: Path) -> tuple[float, int]:
+def prepare_seconds(corpus: Path, config: str, workers: int, scratch: Path) -> tuple[float, float, int]:
     out = scratch / f"prepare-w{workers}"
     shutil.rmtree(out, ignore_errors=True)
     command = [sys.executable, "-m", "boost.data.prepare", "--config", config, "--input", str(corpus)]
-    start = time.perf_counter()
-    subprocess.run(
-        [*command, "--output", str(out), "--workers", str(workers)], check=True, stdout=subprocess.DEVNULL
-    )
-    seconds = time.perf_counter() - start
+    seconds, cpu = run_measured([*command, "--output", str(out), "--workers", str(workers)])
     manifest = json.loads((out / "manifest.json").read_text())
     tokens = sum(s["tokens"] for split in manifest["splits"].values() for s in split["shards"])
     shutil.rmtree(out)
-    return seconds, tokens
+    return seconds, cpu, tokens
 
 
-def datatrove_seconds(python: str, corpus: Path, folder: Path, workers: int, scratch: Path) -> float:
+def datatrove_seconds(
+    python: str, corpus: Path, folder: Path, workers: int, scratch: Path
+) -> tuple[float, float]:
     out = scratch / "datatrove"
     shutil.rmtree(out, ignore_errors=True)
     files = len(list(corpus.glob("*.json.gz")))
@@ -98,11 +139,9 @@ def datatrove_seconds(python: str, corpus: Path, folder: Path, workers: int, scr
     ]
     script = scratch / "datatrove_run.py"
     script.write_text(_DATATROVE)
-    start = time.perf_counter()
-    subprocess.run([python, str(script), *args], check=True, capture_output=True)
-    seconds = time.perf_counter() - start
+    seconds, cpu = run_measured([python, str(script), *args])
     shutil.rmtree(out)
-    return seconds
+    return seconds, cpu
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,47 +169,50 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{len(texts)} documents, {sum(map(len, texts)) / 1e6:.0f}M characters, {size / 1e6:.0f} MB gzipped"
         )
-        rows: dict[str, list[float]] = {}
+        rows: dict[str, list[tuple[float, float]]] = {}
         tokens = set()
         for round_ in range(args.rounds):
             runs = {
                 f"encode_batch, texts in memory, {cores} cores": lambda: in_memory_seconds(
                     tokenizer, texts, "encode_batch"
                 ),
-                f"encode_batch_fast, texts in memory, {cores} cores": lambda: in_memory_seconds(
-                    tokenizer, texts, "encode_batch_fast"
-                ),
                 f"prepare --workers {cores}": lambda: prepare_seconds(corpus, args.config, cores, scratch),
                 "prepare --workers 1": lambda: prepare_seconds(corpus, args.config, 1, scratch),
             }
             if args.datatrove_python:
                 runs[f"datatrove (JsonlReader → DocumentTokenizer), {cores} workers"] = lambda: (
-                    datatrove_seconds(args.datatrove_python, corpus, folder, cores, scratch),
+                    *datatrove_seconds(args.datatrove_python, corpus, folder, cores, scratch),
                     None,
                 )
             for name, run in runs.items():
-                seconds, counted = run()
+                seconds, cpu, counted = run()
                 if counted is not None:
                     tokens.add(counted)
-                rows.setdefault(name, []).append(seconds)
-                print(f"round {round_ + 1}: {name}: {seconds:.1f} s", flush=True)
+                rows.setdefault(name, []).append((seconds, cpu))
+                print(f"round {round_ + 1}: {name}: {seconds:.1f} s, {cpu:.1f} CPU s", flush=True)
         assert len(tokens) == 1, f"prepare and encode_batch counted different tokens: {tokens}"
         total = tokens.pop()
-    baseline = statistics.median(next(iter(rows.values())))
+    wall = {name: statistics.median(w for w, _ in runs) for name, runs in rows.items()}
+    cpu = {name: statistics.median(c for _, c in runs) for name, runs in rows.items()}
+    first = next(iter(rows))
     lines = [
         f"# prepare against encode_batch ({len(texts)} documents, {size / 1e6:.0f} MB gzipped, "
         f"{total / 1e6:.1f}M tokens, tokenizer {folder.name})",
         "",
-        f"Side by side in one run on this machine ({cores} cores, shared: compare the ratios, not the rates); "
-        f"median of {args.rounds} interleaved round{'s' * (args.rounds != 1)}.",
+        f"Side by side in one run on this machine ({cores} cores, shared with other jobs: compare the ratios, "
+        f"not the rates); median of {args.rounds} interleaved round{'s' * (args.rounds != 1)}. CPU = user + "
+        "system seconds of the process and all its descendants (prepare's includes its start: Python, torch, "
+        "tokenizer).",
         f"Command: `python -m bench.prepare {' '.join(argv if argv is not None else sys.argv[1:])}`",
         "",
-        "| what | seconds | tokens/s | × encode_batch in memory |",
-        "|---|---:|---:|---:|",
+        "| what | wall s | tokens/s | × encode_batch (wall) | CPU s | tokens per CPU s | × encode_batch (CPU) |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, seconds in rows.items():
-        median = statistics.median(seconds)
-        lines.append(f"| {name} | {median:.1f} | {total / median / 1e3:,.0f}k | {baseline / median:.2f} |")
+    for name in rows:
+        lines.append(
+            f"| {name} | {wall[name]:.1f} | {total / wall[name] / 1e3:,.0f}k | {wall[first] / wall[name]:.2f} "
+            f"| {cpu[name]:.1f} | {total / cpu[name] / 1e3:,.0f}k | {cpu[first] / cpu[name]:.2f} |"
+        )
     table = "\n".join(lines) + "\n"
     print(table)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -371,3 +371,26 @@ def test_inputs_and_options_refused_by_name(tmp_path, tokenizer_folder, capsys):
     for extra, message in cases.items():
         assert main([*base, *extra]) == 2
         assert capsys.readouterr().err == f"error: {message}\n"
+
+
+def test_shard_writer_holds_uint32_ids_and_refuses_what_uint16_cannot(tmp_path):
+    from boost.data.token_folder import InputFile, Manifest, ShardWriter, Split, write_manifest
+
+    writer = ShardWriter(tmp_path, "train-00000", "uint32")
+    writer.append([0, 70_000, 1], [3])
+    writer.append(array("I", [0, 128_255, 99, 1]), [4])
+    shard = writer.commit()
+    manifest = Manifest(
+        "sha256:0", "t", 128_256, 0, 1, "uint32", {"train": Split((shard,), 128_255)}, (InputFile("x", 1, 2),)
+    )
+    write_manifest(tmp_path, manifest)
+    assert split_documents(tmp_path, "train") == [[0, 70_000, 1], [0, 128_255, 99, 1]]
+    narrow = ShardWriter(tmp_path, "train-00001", "uint16")
+    with pytest.raises(OverflowError):
+        narrow.append([0, 70_000, 1], [3])
+    narrow.abandon()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "manifest.json",
+        "train-00000.bin",
+        "train-00000.idx",
+    ]

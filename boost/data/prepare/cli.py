@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             print(e, file=sys.stderr)
             return 130
     except KeyboardInterrupt:
-        print("interrupted before any file was prepared", file=sys.stderr)
+        print("interrupted; re-run the same command to continue", file=sys.stderr)
         return 130
     print(result.summary)
     return 0

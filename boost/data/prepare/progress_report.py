@@ -34,18 +34,25 @@ class PrepareProgress:
     def __init__(self, total_bytes: int, files: int, show: bool | None = None):
         self.documents = self.tokens = 0
         self.started = time.monotonic()
-        self.bar = tqdm(
-            total=total_bytes,
+        self._total, self._files, self._show = total_bytes, files, show
+        self.bar: tqdm | None = None
+
+    def _open(self) -> tqdm:
+        # Opened at the first batch, after the workers are forked: tqdm may start a monitor thread.
+        return tqdm(
+            total=self._total,
             unit="B",
             unit_scale=True,
-            desc=f"prepare {files} file{'s' * (files != 1)}",
-            disable=None if show is None else not show,
+            desc=f"prepare {self._files} file{'s' * (self._files != 1)}",
+            disable=None if self._show is None else not self._show,
             file=sys.stderr,
             mininterval=0.5,
-            bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}] {postfix}",
+            bar_format="{desc}: {percentage:3.0f}%|{bar:20}| {n_fmt}B/{total_fmt}B [{elapsed}<{remaining}{postfix}]",
         )
 
     def update(self, documents: int, tokens: int, bytes_read: int) -> None:
+        if self.bar is None:
+            self.bar = self._open()
         self.documents += documents
         self.tokens += tokens
         rate = self.tokens / max(time.monotonic() - self.started, 1e-9)
@@ -56,7 +63,8 @@ class PrepareProgress:
         self.bar.update(bytes_read)
 
     def close(self) -> None:
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
 
     @property
     def elapsed(self) -> float:
@@ -79,13 +87,13 @@ def summary_line(manifest: Manifest, output: str, elapsed: float, tokens_now: in
     size = sum(f.bytes for f in manifest.inputs)
     train, validation = manifest.splits["train"], manifest.splits.get("validation")
     held = (
-        f"; validation: {_count(validation.tokens)} tokens in {validation.documents} documents"
+        f"; validation: {_count(validation.tokens)} tokens in {_count(validation.documents)} documents"
         if validation is not None and validation.documents
         else ""
     )
     resumed = f", {files_before} file{'s' * (files_before != 1)} done before" if files_before else ""
     return (
         f"prepared {files} file{'s' * (files != 1)} ({_count(size)}B): {_count(train.tokens)} tokens in "
-        f"{train.documents} documents ({manifest.dtype}){held}, {manifest.skipped} skipped, in "
+        f"{_count(train.documents)} documents ({manifest.dtype}){held}, {manifest.skipped} skipped, in "
         f"{_duration(elapsed)} ({_count(tokens_now / max(elapsed, 1e-9))} tokens/s{resumed}) -> {output}"
     )

@@ -72,16 +72,16 @@ def run_file_jobs(
     """
     context = multiprocessing.get_context("fork")
     tasks, events = context.Queue(), context.Queue()
-    for job in jobs:
-        tasks.put(job)
-    for _ in range(processes):
-        tasks.put(None)
     workers = [
         context.Process(target=_work, args=(tasks, events, threads, os.getpid()), daemon=True)
         for _ in range(processes)
     ]
-    for worker in workers:
+    for worker in workers:  # forked before this process starts a queue's feeder thread
         worker.start()
+    for job in jobs:
+        tasks.put(job)
+    for _ in range(processes):
+        tasks.put(None)
     preparing: dict[int, int] = {}  # worker pid -> index of the file it prepares
     paths = {job.index: job.path for job in jobs}
     remaining = len(jobs)
