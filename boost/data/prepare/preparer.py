@@ -29,7 +29,7 @@ from boost.data.token_folder import (
     write_manifest,
 )
 from boost.data.tokenizer_fingerprint import tokenizer_fingerprint
-from boost.trained_run import load_tokenizer
+from boost.trained_run import TextTokenizer, load_tokenizer
 
 
 class PrepareInterrupted(Exception):
@@ -48,8 +48,7 @@ def default_workers() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
-def _manifest(options: PrepareOptions, records: list[FileRecord], tokenizer_folder: Path) -> Manifest:
-    tokenizer = load_tokenizer(tokenizer_folder)
+def _manifest(options: PrepareOptions, records: list[FileRecord], tokenizer: TextTokenizer) -> Manifest:
     splits = {}
     for split in SPLITS:
         mine = [r for r in records if split in r.shards]
@@ -58,7 +57,7 @@ def _manifest(options: PrepareOptions, records: list[FileRecord], tokenizer_fold
         )
     return Manifest(
         tokenizer=options.tokenizer,
-        tokenizer_path=str(tokenizer_folder),
+        tokenizer_path=str(tokenizer.folder),
         vocab_size=tokenizer.vocab_size,
         bos_id=tokenizer.bos_id,
         eos_id=tokenizer.eos_id,
@@ -159,7 +158,7 @@ def prepare_corpus(
                 lambda record: records.__setitem__(record.index, record),
             )
         progress.close()
-        manifest = _manifest(options, [records[i] for i in range(len(files))], tokenizer_folder)
+        manifest = _manifest(options, [records[i] for i in range(len(files))], tokenizer)
         write_manifest(output, manifest)
         state.finish()
     except KeyboardInterrupt:
