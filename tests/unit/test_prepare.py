@@ -395,3 +395,15 @@ def test_shard_writer_holds_uint32_ids_and_refuses_what_uint16_cannot(tmp_path):
         "train-00000.bin",
         "train-00000.idx",
     ]
+
+
+def test_a_glob_and_another_text_field_select_the_documents(tmp_path, tokenizer_folder):
+    write_parquet(tmp_path / "p.parquet", ["from parquet"], column="body")
+    (tmp_path / "j.jsonl").write_text(json.dumps({"body": "from json", "text": "not this"}) + "\n")
+    (tmp_path / "skipped.json.gz").write_bytes(gzip.compress(b'{"body": "not matched by the glob"}\n'))
+    out = tmp_path / "tokens"
+    prepare_corpus([str(tmp_path / "*.[jp]*[lt]")], out, tokenizer_folder, text_field="body", workers=1)
+    reference = HuggingFaceTokenizer(str(tokenizer_folder))
+    expected = [reference.encode(t, add_bos=True, add_eos=True) for t in ("from json", "from parquet")]
+    assert split_documents(out, "train") == expected
+    assert read_manifest(out, "x").text_field == "body"
