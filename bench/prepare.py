@@ -202,8 +202,16 @@ def main(argv: list[str] | None = None) -> int:
         f"Side by side in one run on this machine ({cores} cores, shared with other jobs: compare the ratios, "
         f"not the rates); median of {args.rounds} interleaved round{'s' * (args.rounds != 1)}. CPU = user + "
         "system seconds of the process and all its descendants (prepare's includes its start: Python, torch, "
-        "tokenizer).",
-        f"Command: `python -m bench.prepare {' '.join(argv if argv is not None else sys.argv[1:])}`",
+        "tokenizer). The wall column moves with the neighbours' load while each row runs (a row that ran "
+        "while the machine was quieter looks faster than a quiet machine would make it); the CPU column "
+        "does not, though with several tokenizer threads in one process it also counts their idle threads' "
+        "search for work (rayon spins before it sleeps).",
+        f"Command: `python -m bench.prepare {' '.join(argv if argv is not None else sys.argv[1:])}`"
+        + (
+            " (`--datatrove-python`: an interpreter of a separate venv, `pip install datatrove orjson`)."
+            if args.datatrove_python
+            else ""
+        ),
         "",
         "| what | wall s | tokens/s | × encode_batch (wall) | CPU s | tokens per CPU s | × encode_batch (CPU) |",
         "|---|---:|---:|---:|---:|---:|---:|",
