@@ -164,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
         ]
         results = [job.result() for job in jobs]
     documents, written = map(sum, zip(*results))
-    print(f"{shards} files, {documents} documents, {written / 1e6:.1f} MB of JSON lines in {args.out}")
+    files = f"{shards} file{'s' * (shards != 1)}"
+    print(f"{files}, {documents} documents, {written / 1e6:.1f} MB of JSON lines in {args.out}")
     return 0
 
 

@@ -130,7 +130,8 @@ def prepare_corpus(
     if (output / MANIFEST).is_file():
         manifest = _finished_folder(output, options)
         return PrepareResult(
-            manifest, f"already prepared, nothing to do: {output} ({manifest.splits['train'].tokens} tokens)"
+            manifest,
+            f"already prepared, nothing to do: {output} ({manifest.splits['train'].tokens:,} tokens)",
         )
 
     state = PrepareState(output)
