@@ -132,6 +132,78 @@ class Manifest:
         return Manifest(splits=splits, inputs=inputs, **raw)
 
 
+class ShardWriter:
+    """A shard written as its documents come, a batch at a time: ``commit`` makes it whole at once.
+
+    Tokens go to ``.<name>.bin.tmp`` as they arrive (memory holds only the document offsets, 8 bytes
+    a document); ``commit`` writes the ``.idx``, flushes both to disk and renames them to their final
+    names, so a shard file of the final name is always complete. ``abandon`` removes the staging files.
+
+    Example::
+
+        >>> import tempfile
+        >>> from array import array
+        >>> writer = ShardWriter(tempfile.mkdtemp(), "train-00000", "uint16")
+        >>> writer.append(array("H", [0, 17, 1, 0, 5, 9, 1]), [3, 4])  # two documents back to back
+        >>> writer.commit()
+        Shard(name='train-00000', tokens=7, documents=2)
+    """
+
+    def __init__(self, folder: str | Path, name: str, dtype: str):
+        folder = Path(folder)
+        self.name = name
+        self._typecode = {"uint16": "H", "uint32": "I"}[dtype]
+        self._bin_path, self._idx_path = folder / f"{name}.bin", folder / f"{name}.idx"
+        self._bin_staging = folder / f".{name}.bin.tmp"
+        self._idx_staging = folder / f".{name}.idx.tmp"
+        self._offsets = array("q", [0])
+        self._out = self._bin_staging.open("wb")
+
+    @property
+    def tokens(self) -> int:
+        return self._offsets[-1]
+
+    def append(self, tokens: Sequence[int], lengths: Iterable[int]) -> None:
+        """Add documents: ``tokens`` holds their ids back to back, ``lengths`` each one's count.
+
+        An ``array`` of the shard's typecode is written as it is; an id the dtype cannot hold raises
+        ``OverflowError``."""
+        ids = tokens if isinstance(tokens, array) and tokens.typecode == self._typecode else None
+        if ids is None or sys.byteorder != "little":
+            ids = array(self._typecode, tokens)
+            if sys.byteorder != "little":
+                ids.byteswap()
+        start = end = self._offsets[-1]
+        for length in lengths:
+            end += length
+            self._offsets.append(end)
+        if end - start != len(ids):
+            raise ValueError(f"{self.name}: lengths sum to {end - start}, but {len(ids)} tokens were given")
+        ids.tofile(self._out)
+
+    def commit(self) -> Shard:
+        """Write the ``.idx``, then rename both files to their final names; the shard's record."""
+        self._out.flush()
+        os.fsync(self._out.fileno())
+        self._out.close()
+        offsets = array("q", self._offsets)
+        if sys.byteorder != "little":
+            offsets.byteswap()
+        with self._idx_staging.open("wb") as out:
+            offsets.tofile(out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(self._bin_staging, self._bin_path)
+        os.replace(self._idx_staging, self._idx_path)
+        return Shard(self.name, self.tokens, len(self._offsets) - 1)
+
+    def abandon(self) -> None:
+        """Close and remove the staging files (nothing of the final name is touched)."""
+        self._out.close()
+        self._bin_staging.unlink(missing_ok=True)
+        self._idx_staging.unlink(missing_ok=True)
+
+
 def write_shard(folder: str | Path, name: str, documents: Iterable[Sequence[int]], dtype: str) -> Shard:
     """Write ``<name>.bin`` and ``<name>.idx`` from whole framed documents (lists of ids); return its record.
 
@@ -143,26 +215,14 @@ def write_shard(folder: str | Path, name: str, documents: Iterable[Sequence[int]
         >>> write_shard(tempfile.mkdtemp(), "train-00000", [[0, 17, 1], [0, 5, 9, 1]], "uint16")
         Shard(name='train-00000', tokens=7, documents=2)
     """
-    folder = Path(folder)
-    typecode = {"uint16": "H", "uint32": "I"}[dtype]
-    offsets, tokens = array("q", [0]), 0
-    bin_path, idx_path = folder / f"{name}.bin", folder / f"{name}.idx"
-    bin_staging, idx_staging = bin_path.with_name(f".{name}.bin.tmp"), idx_path.with_name(f".{name}.idx.tmp")
-    with bin_staging.open("wb") as out:
+    writer = ShardWriter(folder, name, dtype)
+    try:
         for document in documents:
-            ids = array(typecode, document)
-            if sys.byteorder != "little":
-                ids.byteswap()
-            ids.tofile(out)
-            tokens += len(ids)
-            offsets.append(tokens)
-    if sys.byteorder != "little":
-        offsets.byteswap()
-    with idx_staging.open("wb") as out:
-        offsets.tofile(out)
-    os.replace(bin_staging, bin_path)
-    os.replace(idx_staging, idx_path)
-    return Shard(name, tokens, len(offsets) - 1)
+            writer.append(document, [len(document)])
+    except BaseException:
+        writer.abandon()
+        raise
+    return writer.commit()
 
 
 def write_manifest(folder: str | Path, manifest: Manifest) -> None:

@@ -22,8 +22,9 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 LIBRARY_EXTRAS = {
     "safetensors": ("boost/interop/read.py", "boost/interop/write.py"),
     "tokenizers": ("boost/data/", "boost/trained_run.py", "boost/evaluate.py", "boost/hf_folder.py"),
-    "tqdm": ("boost/evaluate.py",),
-    "pyarrow": ("boost/data/local_files.py",),  # .parquet corpora (pulled in by torchtitan's datasets)
+    "tqdm": ("boost/evaluate.py", "boost/data/prepare/progress_report.py"),
+    # .parquet corpora (pulled in by torchtitan's datasets)
+    "pyarrow": ("boost/data/local_files.py", "boost/data/prepare/document_reader.py"),
     "tomli": ("boost/",),  # stdlib tomllib's backport, for Python < 3.11
     # The exported folder's remote code and the optional lm-eval bridge (imported lazily).
     "transformers": ("boost/hf/", "boost/lm_eval_local.py"),
