@@ -1,6 +1,9 @@
-"""The ``tokens`` dataset through the trainer: a run at one process, resumed at two data-parallel ranks.
+"""The ``tokens`` dataset through the trainer: a corpus prepared by the real command, a run at one
+process, resumed at two data-parallel ranks.
 
-One uninterrupted run (one process, 4 windows a step, 4 steps, a checkpoint at step 2, validation at
+A C4-shaped ``.json.gz`` corpus is prepared with ``python -m boost.data.prepare --config
+train_configs/debug.toml`` (the tokenizer the run trains with, a held-out split). One uninterrupted
+run (one process, 4 windows a step, 4 steps, a checkpoint at step 2, validation at
 steps 2 and 4 on the folder's held-out split) serves every assertion: its step-2 checkpoint, copied
 into a second run folder, resumes at NGPU=2 (FSDP, 2 windows a rank, the same global batch of 4)
 and must read the samples the uninterrupted order would. Losses are compared, so a sample repeated,
@@ -12,18 +15,20 @@ both runs write at step 4 hold one global position, 16 samples, whatever the deg
 
 from __future__ import annotations
 
+import gzip
+import json
+import os
 import re
 import shutil
-from pathlib import Path
+import subprocess
+import sys
 
 import pytest
-from torchtitan.components.tokenizer import HuggingFaceTokenizer
 
 from boost.checkpoint_folder import read_bytes_item
-from boost.data.offline_tokenizer import ensure_stdlib_tokenizer
 from boost.data.stdlib_corpus import stdlib_texts
-from tests.token_folders import framed, write_token_folder
-from tests.trainer import losses, run_train
+from boost.data.token_folder import read_manifest
+from tests.trainer import ROOT, losses, run_train
 from torchtitan_ext.data.token_checks import saved_token_position
 
 VOCAB = 2048  # debug.toml's offline tokenizer
@@ -39,17 +44,24 @@ def validation_losses(log: str) -> dict[int, float]:
 
 @pytest.mark.slow
 def test_tokens_run_resumed_at_two_ranks_continues_the_global_order(tmp_path):
-    # the run's own tokenizer: tests/trainer.py points BOOST_CACHE at tmp_path.parent / "boost-cache"
-    tokenizer = HuggingFaceTokenizer(
-        str(ensure_stdlib_tokenizer(VOCAB, str(tmp_path.parent / "boost-cache")))
-    )
-    documents = framed(tokenizer, [t[:400] for t in stdlib_texts("train")[:40]])
-    # about 10 training windows of 65 tokens: an epoch ends inside the run's 16 samples
-    cut = next(i for i in range(len(documents)) if sum(map(len, documents[:i])) >= 10 * 65)
+    # 16 documents of 200 characters: ~11 training windows of 65 tokens (an epoch ends inside the run's
+    # 16 samples) and, held out by prepare's text hash, the 8 windows two validation steps read
+    corpus = tmp_path / "c4-like.json.gz"
+    with gzip.open(corpus, "wt", encoding="utf-8") as f:
+        for i, text in enumerate(stdlib_texts("train")[:16]):
+            f.write(
+                json.dumps({"text": text[:200], "timestamp": "2019-04-25T12:57:54Z", "url": f"u/{i}"}) + "\n"
+            )
     folder = tmp_path / "tokens"
-    manifest = write_token_folder(
-        folder, Path(tokenizer.tokenizer_path), VOCAB, documents[:cut], documents[cut:]
-    )
+    # the run's own tokenizer: tests/trainer.py points BOOST_CACHE at tmp_path.parent / "boost-cache"
+    env = dict(os.environ, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
+    prepare = [
+        sys.executable, "-m", "boost.data.prepare", "--config", "train_configs/debug.toml",
+        "--input", str(corpus), "--output", str(folder), "--validation-fraction", "0.4",
+    ]  # fmt: skip
+    done = subprocess.run(prepare, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    manifest = read_manifest(folder, "training.dataset_path")
     windows = manifest.splits["train"].tokens // 65
     assert 4 <= windows < 16 and manifest.splits["validation"].tokens >= 8 * 65
     common = [
