@@ -155,7 +155,8 @@ def main() -> None:
         "2-core machine: compare within a size. *largest process*: the whole launch's largest peak RSS "
         "(the launcher or a rank).",
         "",
-        "| dataset | corpus (MB of JSON lines) | prepare once (s, 0: reused) | rank peak RSS (GiB) | largest process (GiB) "
+        "| dataset | corpus (MB of JSON lines) | prepare once (s, 0: reused) | rank peak RSS (GiB) "
+        "| largest process (GiB) "
         "| launch → step 1 (s) |",
         "|---|---:|---:|---:|---:|---:|",
     ]
