@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 from torch.distributed.tensor import DTensor, Replicate, Shard
+from torch.distributed.tensor.placement_types import _StridedShard
 
 Groups = tuple[dist.ProcessGroup, ...]
 
@@ -53,9 +54,13 @@ class FactorRows:
         src.to_local().copy_(whole.redistribute(src.device_mesh, src.placements).to_local())
 
 
+def _is_shard(placement) -> bool:
+    # FSDP2 over a TP shard of the same dim places a _StridedShard, which is no Shard subclass (torch 2.13)
+    return isinstance(placement, (Shard, _StridedShard))
+
+
 def _shards_dim(placement, dim: int) -> bool:
-    # _StridedShard (FSDP2 over a TP shard of the same dim) is a Shard too
-    return isinstance(placement, Shard) and placement.dim == dim
+    return _is_shard(placement) and placement.dim == dim
 
 
 def factor_rows(t: torch.Tensor, row_dim: int) -> FactorRows:
@@ -64,9 +69,7 @@ def factor_rows(t: torch.Tensor, row_dim: int) -> FactorRows:
     if not isinstance(t, DTensor):
         return FactorRows(t, (), t.shape[row_dim], t, None)
     mesh = t.device_mesh
-    keep = tuple(
-        p if _shards_dim(p, row_dim) or not isinstance(p, Shard) else Replicate() for p in t.placements
-    )
+    keep = tuple(p if _shards_dim(p, row_dim) or not _is_shard(p) else Replicate() for p in t.placements)
     local = t.to_local() if keep == tuple(t.placements) else t.redistribute(mesh, keep).to_local()
     groups = tuple(mesh.get_group(i) for i, p in enumerate(keep) if _shards_dim(p, row_dim))
     return FactorRows(local, groups, t.shape[row_dim], t, keep)

@@ -53,6 +53,16 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if isinstance(t, DTensor) else t
 
 
+def _grad(param: torch.Tensor) -> torch.Tensor:
+    """``param``'s gradient as ``param``'s own shard. DTensor may return a gradient in another layout than
+    its parameter's (vanilla TP's embedding: ``Replicate`` for a ``Shard(0)`` table); to the parameter's
+    layout it goes, which from ``Replicate`` is a local slice."""
+    grad = param.grad
+    if isinstance(grad, DTensor) and grad.placements != param.placements:
+        grad = grad.redistribute(param.device_mesh, param.placements)
+    return _local(grad)
+
+
 def _like(param: torch.Tensor, local: torch.Tensor) -> torch.Tensor:
     """``local`` (laid out like ``param``'s shard) as a tensor laid out like ``param``."""
     if not isinstance(param, DTensor):
@@ -166,7 +176,7 @@ class LORO(torch.optim.Optimizer):
         state = self.state[p]
         state["step"] += 1
         beta1, beta2 = group["betas"]
-        grad, m, v = _local(p.grad), _local(state["exp_avg"]), _local(state["exp_avg_sq"])
+        grad, m, v = _grad(p), _local(state["exp_avg"]), _local(state["exp_avg_sq"])
         m.mul_(beta1).add_(grad, alpha=1.0 - beta1)
         v.mul_(beta2).addcmul_(grad, grad, value=1.0 - beta2)
         denom = v.sqrt().add_(group["eps"])
