@@ -33,12 +33,13 @@ is the same on every rank, because it is computed from all-reduced sums):
 
 Precision: float64, whatever the parameters' dtype (the result is cast back). The authors run this step
 in fp32 (``.float()``) with Householder QRs, which are stable at any condition number. A QR of row-sharded
-factors goes through Gram matrices, which square it: in fp32 shifted CholeskyQR3 broke down on a 128 × 64
-block with one small singular value at ``κ = 3·10⁴`` — the debug model's tangent block ``Y2`` of k had
-``κ = 3.5·10⁴`` at its second exact step — and on log-spaced spectra at ``κ = 10⁶``; in float64 it held to
-``κ = 10¹³`` on both (``tests/unit/test_loro.py``), beyond what an fp32 factor can resolve (the
-mixed-precision CholeskyQR of Yamazaki, Tomov and Dongarra, SIAM J. Sci. Comput. 2015). The cost:
-float64 GEMMs of ``O(n·r²)`` once every ``loro_freq`` steps, and 8-byte all-reduces.
+factors goes through Gram matrices, which square it: in fp32, shifted CholeskyQR3 breaks down on
+128 × 64 blocks with log-spaced spectra from ``κ = 10⁵`` on, and erratically (the last pivot rounding to
+zero) with one small singular value near ``κ = 10⁴``; the debug model's tangent block ``Y2`` of k reaches
+``κ = 3.5·10⁴`` by its second exact step. In float64 the same algorithm holds to ``κ = 10¹³`` and equals
+Householder's R at ``κ = 10⁵`` and ``10⁸`` (``tests/unit/test_loro.py``): beyond what an fp32 factor can
+resolve (the mixed-precision CholeskyQR of Yamazaki, Tomov and Dongarra, SIAM J. Sci. Comput. 2015). The
+cost: float64 GEMMs of ``O(n·r²)`` once every ``loro_freq`` steps, and 8-byte all-reduces.
 
 Example (one process)::
 
