@@ -88,17 +88,20 @@ def loro_exact_step(args, scheme: str) -> Volume:
 
     A scheme that keeps the factors' rows sharded (btp: ``A`` on ``d_in``, ``B`` on ``d_out``) sums
     ``r × r`` products over the rows: 7 rounds per bottleneck (3 QR passes of the factors, the tangent
-    cross products, 3 QR passes of the tangent blocks), each one all-reduce of ``2r²`` per projection.
+    cross products, 3 QR passes of the tangent blocks), each one all-reduce, of two Gram triangles
+    ``r(r+1)/2`` per projection (the QR rounds) or two ``r²`` cross products: ``8r² + 6r`` per projection.
     A scheme that shards the rank dim (vanilla) all-gathers each factor and its Adam direction once
     (``2·r·(d_in + d_out)`` per projection) and then computes on whole factors, with no all-reduce.
+    The all-reduced sums are float64 (the exact step's precision); the gathered factors are the
+    parameters' dtype. Elements, as ``per_layer``.
 
     Example::
 
         >>> import dataclasses
         >>> from boost.model import ModelArgs
         >>> args = ModelArgs.from_flavor("7B", linear="svd")
-        >>> loro_exact_step(args, "btp")  # 98·r² elements, r = 1024
-        {'all_reduce': (28, 102760448)}
+        >>> loro_exact_step(args, "btp")  # 7·(8r² + 6r) elements, r = 1024
+        {'all_reduce': (28, 58763264)}
         >>> loro_exact_step(dataclasses.replace(args, group_linears=False), "vanilla")
         {'all_gather': (28, 159907840)}
     """
@@ -124,5 +127,5 @@ def loro_exact_step(args, scheme: str) -> Volume:
             volume["all_gather"] = (count + 4, total_elements + elements)
         else:
             count, total_elements = volume.get("all_reduce", (0, 0))
-            volume["all_reduce"] = (count + 7, total_elements + 7 * 2 * r * r * len(bottleneck))
+            volume["all_reduce"] = (count + 7, total_elements + (8 * r * r + 6 * r) * len(bottleneck))
     return volume

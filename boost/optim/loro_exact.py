@@ -21,7 +21,7 @@ Sharded (rows of M over ``m_groups``, rows of N over ``n_groups``; everything ``
 is the same on every rank, because it is computed from all-reduced sums):
 
     rank i   M_i, dM_i [n_out_i, r]   N_i, dN_i [n_in_i, r]       its rows
-    QR       U_i, Rm; V_i, Rn          3 rounds: Gram all-reduces [r, r] (tall_skinny_qr)
+    QR       U_i, Rm; V_i, Rn          3 rounds: all-reduced Grams, r(r+1)/2 each (tall_skinny_qr)
     local    GV_i = dM_i·Rn⁻¹,  GU_i = dN_i·Rm⁻¹  (= (UᵀG)ᵀ rows)
     sums     K0 = Σ GU_iᵀ V_i,  UᵀGV = Σ U_iᵀ GV_i                1 round: all-reduce [r, r] each
     local    Y1_i = GU_i − V_i·K0ᵀ,  Y2_i = GV_i − U_i·UᵀGV
@@ -29,7 +29,8 @@ is the same on every rank, because it is computed from all-reduced sums):
     every    C, its SVD                no communication
     local    M'_i = [U_i, Q2_i]·Uc[:, :r]·√S_r,  N'_i = [V_i, Q1_i]·Vc[:, :r]·√S_r
 
-7 rounds of two ``r × r`` sums (one all-reduce per round where M and N share their groups).
+7 rounds, one all-reduce each where M and N share their row groups: ``8r² + 6r`` values per pair (six
+rounds of two Gram triangles, one of two cross products).
 
 Precision: float64, whatever the parameters' dtype (the result is cast back). The authors run this step
 in fp32 (``.float()``) with Householder QRs, which are stable at any condition number. A QR of row-sharded

@@ -10,12 +10,12 @@ the first on ``YᵀY + s·I`` with ``s = 11·(n·r + r·(r+1))·u·‖Y‖²_F``
 orthogonality and residual to ``O(u)``. ``R = R₃·R₂·R₁``: upper triangular with a positive diagonal,
 so ``Q, R`` is *the* QR of ``Y`` (Householder's differs by the signs of ``R``'s diagonal).
 
-Per call: 3 all-reduces of ``r × r`` per block (blocks over the same groups share each one), ``O(n·r²)``
-flops per rank on its rows. A rank-deficient ``Y`` (``κ = ∞``) has no such QR: its Cholesky factor does
-not exist and ``info`` says so.
+Per call: 3 all-reduces of a Gram's upper triangle, ``r(r+1)/2`` values per block (blocks over the same
+groups share each one), ``O(n·r²)`` flops per rank on its rows. A rank-deficient ``Y`` (``κ = ∞``) has no
+such QR: its Cholesky factor does not exist and ``info`` says so.
 
     rank i   Y_i [n_i, r]              its rows
-    pass     G = Σ_i Y_iᵀ Y_i          all-reduce [r, r]
+    pass     G = Σ_i Y_iᵀ Y_i          all-reduce of its upper triangle, r(r+1)/2
              R = chol(G (+ s·I))ᵀ      every rank, the same
              Y_i ← Y_i · R⁻¹           triangular solve, local
 
@@ -37,6 +37,19 @@ Block = tuple[torch.Tensor, Groups, int]  # this rank's rows, the groups they ar
 PASSES = 3
 
 
+def _upper(gram: torch.Tensor) -> torch.Tensor:
+    """The upper triangle of a symmetric ``r × r`` matrix, row by row: ``r(r+1)/2`` values travel, not ``r²``."""
+    rows, cols = torch.triu_indices(*gram.shape, device=gram.device)
+    return gram[rows, cols]
+
+
+def _symmetric(upper: torch.Tensor, r: int) -> torch.Tensor:
+    rows, cols = torch.triu_indices(r, r, device=upper.device)
+    gram = torch.zeros(r, r, dtype=upper.dtype, device=upper.device)
+    gram[rows, cols] = upper
+    return gram + gram.mT - gram.diagonal().diag()
+
+
 def tall_skinny_qr(blocks: list[Block]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
     """``[(Q_i, R)]`` of every block (``Q_i`` this rank's rows of ``Q``), and the Cholesky ``info`` of
     every pass and block (all zero when every QR exists)."""
@@ -44,9 +57,10 @@ def tall_skinny_qr(blocks: list[Block]) -> tuple[list[tuple[torch.Tensor, torch.
     rs: list[torch.Tensor | None] = [None] * len(blocks)
     infos = []
     for k in range(PASSES):
-        grams = sum_over_rows([(q.mT @ q, groups) for q, (_, groups, _) in zip(qs, blocks)])
-        for i, (gram, (_, _, n)) in enumerate(zip(grams, blocks)):
-            r = gram.shape[0]
+        packed = sum_over_rows([(_upper(q.mT @ q), groups) for q, (_, groups, _) in zip(qs, blocks)])
+        for i, (upper_sum, (_, _, n)) in enumerate(zip(packed, blocks)):
+            r = qs[i].shape[1]
+            gram = _symmetric(upper_sum, r)
             if k == 0:
                 u = torch.finfo(gram.dtype).eps / 2
                 shift = 11 * (n * r + r * (r + 1)) * u * gram.diagonal().sum()
