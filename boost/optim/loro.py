@@ -137,33 +137,26 @@ class LORO(torch.optim.Optimizer):
                 loss = closure()
         t = self.param_groups[0]["updates"] + 1
         exact = t % self.loro_freq == 0
-        directions: dict[int, tuple[torch.Tensor, float, dict]] = {}
+        directions: dict[int, tuple[torch.Tensor, float]] = {}  # the factors', held for the exact step
         for group in self.param_groups:
+            decay = group["weight_decay"]
             for p in group["params"]:
                 if p.grad is None:
                     continue
                 direction, alpha = self._adam(p, group)
-                if group["factors"]:
-                    directions[id(p)] = (direction, alpha, group)
-                else:
-                    w = _local(p)
+                w = _local(p)
+                if not group["factors"]:
                     w.add_(direction, alpha=-alpha)
-                    if group["weight_decay"] > 0:
-                        w.add_(w, alpha=-group["lr"] * group["weight_decay"])
+                    if decay > 0:
+                        w.add_(w, alpha=-group["lr"] * decay)
+                elif exact:
+                    directions[id(p)] = (direction, alpha)
+                else:  # lazy: elementwise on this rank's shard
+                    w.sub_(alpha * self._scaler[id(p)] * direction)
+                    if decay > 0:
+                        w.sub_(alpha * decay * w)
         if exact:
             self._exact(directions)
-        else:
-            for group in self.param_groups:
-                if not group["factors"]:
-                    continue
-                for p in group["params"]:
-                    if id(p) not in directions:
-                        continue
-                    direction, alpha, _ = directions[id(p)]
-                    w = _local(p)
-                    w.sub_(alpha * self._scaler[id(p)] * direction)
-                    if group["weight_decay"] > 0:
-                        w.sub_(alpha * group["weight_decay"] * w)
         if self.refresh_freq and t % self.refresh_freq == 0:
             self.refresh()
         for group in self.param_groups:
@@ -184,7 +177,7 @@ class LORO(torch.optim.Optimizer):
         alpha = group["lr"] * math.sqrt(1.0 - beta2**k) / (1.0 - beta1**k)
         return m / denom, alpha
 
-    def _exact(self, directions: dict[int, tuple[torch.Tensor, float, dict]]) -> None:
+    def _exact(self, directions: dict[int, tuple[torch.Tensor, float]]) -> None:
         """The exact step, one bottleneck (the pairs sharing a ``down``) at a time: its factors gathered
         to full rank where sharded on it, their ``r × r`` sums all-reduced together, written back."""
         by_down: dict[int, list[FactorPair]] = {}
