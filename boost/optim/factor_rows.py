@@ -5,8 +5,9 @@ LORO's exact step is row-local except for ``r × r`` products summed over the ro
 ``Shard(0)`` of an up-projection ``[d_out, r]``, both at once as a ``_StridedShard``), and those
 ``r × r`` sums are all-reduced over the mesh dims that shard the rows. A shard of any other dim — the
 rank dim (vanilla TP; FSDP2's ``Shard(0)`` of ``A [r, d_in]``, ``Shard(2)`` of a batched ``[G, d_out, r]``)
-— is gathered for the exact step, at the cost of one FSDP forward all-gather of that factor, and
-handed back as a local slice (no communication).
+— is gathered for the exact step, the factor and its Adam direction: twice what FSDP's forward
+all-gather of that factor moves (in the parameters' fp32, not FSDP's bf16), once every exact step. The
+new factor goes back as a local slice (no communication).
 
 Example (one process: nothing is sharded, nothing moves)::
 
