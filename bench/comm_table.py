@@ -1,4 +1,5 @@
-"""Per-layer and per-step tensor-parallel communication of megatron, vanilla and btp, debug…30B.
+"""Per-layer and per-step tensor-parallel communication of megatron, vanilla and btp, debug…30B, and of
+one LORO exact step (svd kind) under btp and vanilla.
 
     python -m bench.comm_table [--batch 4 --seq 4096 --dtype-bytes 2] [--png bench/results/comm_bytes.png]
 
@@ -12,7 +13,7 @@ import argparse
 
 from bench.plots import pyplot, save
 from boost import FLAVORS, ModelArgs
-from boost.comm_volume import per_layer, total
+from boost.comm_volume import loro_exact_step, per_layer, total
 from boost.perf_model import model_args
 
 
@@ -36,6 +37,20 @@ def rows(batch: int, seq: int, dtype_bytes: int, tps=(2, 4, 8)):
                 yield flavor, tp, scheme, fc, fe * dtype_bytes, bc, be * dtype_bytes, low.n_layers
 
 
+def loro_rows(tps=(2, 4, 8)):
+    """One LORO exact step per layer: float64 all-reduced sums (btp), fp32 gathered factors (vanilla)."""
+    for flavor in FLAVORS:
+        for tp in tps:
+            args = ModelArgs.from_flavor(flavor, linear="svd", vocab_size=32000)
+            if args.kv_heads % tp or args.n_heads % tp:
+                continue
+            for scheme in ("btp", "vanilla"):
+                layer_args = model_args(flavor, scheme, linear="svd")
+                for kind, (count, elements) in loro_exact_step(layer_args, scheme).items():
+                    size = elements * (8 if kind == "all_reduce" else 4)
+                    yield flavor, tp, scheme, kind, count, size, args.n_layers
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--batch", type=int, default=4)
@@ -56,6 +71,17 @@ def main() -> None:
         print(
             f"| {flavor} | {tp} | {scheme} | {fc} | {fb / 2**20:.1f} | {bc} | {bb / 2**20:.1f} | "
             f"{(fb + bb) * layers / 2**30:.2f} |"
+        )
+    print(
+        "\n# LORO exact step per layer (svd kind, once every optimizer.loro_freq steps); "
+        "the all-reduced r×r sums are float64, vanilla's gathered factors fp32\n"
+    )
+    print("| flavor | TP | scheme | collectives | MiB/layer | GiB/exact step | MiB/step at loro_freq 500 |")
+    print("|---|---|---|---|---|---|---|")
+    for flavor, tp, scheme, kind, count, size, layers in loro_rows():
+        print(
+            f"| {flavor} | {tp} | {scheme} | {count} {kind} | {size / 2**20:.1f} | {size * layers / 2**30:.2f} | "
+            f"{size * layers / 500 / 2**20:.1f} |"
         )
     if a.png:
         plt = pyplot()

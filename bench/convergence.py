@@ -1,8 +1,10 @@
 """Convergence: dense vs svd / cola / lax on the default corpus, same tokens, schedule and seed,
-plus cola with ``only_lr_act`` false (SwiGLU's full-width SiLU kept, the CoLA authors' 60M/130M form)
-and cola under BTP at TP=2 overlaid on the single-process cola curve.
+plus cola with ``only_lr_act`` false (SwiGLU's full-width SiLU kept, the CoLA authors' 60M/130M form),
+cola under BTP at TP=2 overlaid on the single-process cola curve, and svd trained by LORO (its authors'
+recipe and schedule, scaled to the run's length: the one row with another optimizer and schedule).
 
     python -m bench.convergence --flavor debug --steps 300 [--png bench/results/convergence.png]
+    python -m bench.convergence --flavor debug --steps 600 --runs svd cola "svd + LORO"
 
 Runs the real trainer (run_train.sh) for each, reads the losses and validation losses from the
 logs, prints loss against tokens and against wall time (time-to-loss), and draws the curves.
@@ -40,7 +42,25 @@ RUNS = [
         2,
         ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"],
     ),
+    ("svd + LORO", "svd", 1, "LORO"),
 ]
+
+
+def loro_overrides(steps: int) -> list[str]:
+    """The LORO authors' 60M recipe (train_configs/loro/60M.toml) scaled from 10 000 steps to ``steps``:
+    exact step, refresh and schedule cycle every 5% of the run, warmup 10% (shifted back by as much),
+    re-warmup 1% of a cycle (at least 1 step); lr 0.01, betas (0.9, 0.999), eps 1e-6, no weight decay, no clipping."""
+    cycle, warmup = max(1, steps // 20), max(1, steps // 10)
+    return [
+        *("--optimizer.name LORO --optimizer.lr 0.01 --optimizer.beta2 0.999 --optimizer.eps 1e-6".split()),
+        *(
+            "--optimizer.weight_decay 0 --training.max_norm inf --lr_scheduler.decay_type cosine_restart".split()
+        ),
+        *(f"--optimizer.loro_freq {cycle} --optimizer.loro_refresh_freq {cycle}".split()),
+        *(f"--lr_scheduler.restart_every {cycle} --lr_scheduler.warmup_steps {warmup}".split()),
+        *(f"--lr_scheduler.restart_adjust_steps -{warmup}".split()),
+        *(f"--lr_scheduler.restart_warmup_steps {max(1, cycle // 100)}".split()),
+    ]
 
 
 def train(
@@ -93,10 +113,14 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--png", default="")
     p.add_argument("--out", default="outputs/convergence")
+    p.add_argument("--runs", nargs="*", default=[label for label, *_ in RUNS], help="labels of RUNS to train")
     a = p.parse_args()
     tokens_per_step = 8 * 256  # debug.toml's local_batch_size × seq_len (DP degree 1 in every run)
     results = {}
     for label, kind, ngpu, extra in RUNS:
+        if label not in a.runs:
+            continue
+        extra = loro_overrides(a.steps) if extra == "LORO" else extra
         folder = "".join(c if c.isalnum() or c in "=_" else "_" for c in label)
         results[label] = train(kind, ngpu, extra, a, Path(a.out) / folder)
     # time-to-loss: the first validation at or below a loss every run reaches (the worst final loss)
@@ -111,6 +135,7 @@ def main() -> None:
     print(
         f"command: python -m bench.convergence --flavor {a.flavor} --steps {a.steps}"
         + (f" --png {a.png}" if a.png else "")
+        + (" --runs " + " ".join(f'"{r}"' for r in a.runs) if len(a.runs) < len(RUNS) else "")
         + "\n"
     )
     print(

@@ -16,6 +16,8 @@ Example::
 
 from __future__ import annotations
 
+from boost.rules import SCHEMES
+
 Volume = dict[str, tuple[int, int]]  # collective kind -> (count, elements)
 Collectives = list[tuple[str, int]]  # one entry per collective: (kind, columns per token)
 
@@ -78,3 +80,52 @@ def per_layer(
 def total(volume: Volume) -> tuple[int, int]:
     """``(count, elements)`` summed over collective kinds."""
     return sum(c for c, _ in volume.values()), sum(e for _, e in volume.values())
+
+
+def loro_exact_step(args, scheme: str) -> Volume:
+    """The collectives of one LORO exact step (``boost.optim.loro_exact``) for one layer, per rank, at a
+    TP degree > 1 (``args.grouped`` says which bottlenecks share a down-projection).
+
+    A scheme that keeps the factors' rows sharded (btp: ``A`` on ``d_in``, ``B`` on ``d_out``) sums
+    ``r × r`` products over the rows: 7 rounds per bottleneck (3 QR passes of the factors, the tangent
+    cross products, 3 QR passes of the tangent blocks), each one all-reduce, of two Gram triangles
+    ``r(r+1)/2`` per projection (the QR rounds) or two ``r²`` cross products: ``8r² + 6r`` per projection.
+    A scheme that shards the rank dim (vanilla) all-gathers each factor and its Adam direction once
+    (``2·r·(d_in + d_out)`` per projection) and then computes on whole factors, with no all-reduce.
+    The all-reduced sums are float64 (the exact step's precision); the gathered factors are the
+    parameters' dtype. Elements, as ``per_layer``.
+
+    Example::
+
+        >>> import dataclasses
+        >>> from boost.model import ModelArgs
+        >>> args = ModelArgs.from_flavor("7B", linear="svd")
+        >>> loro_exact_step(args, "btp")  # 7·(8r² + 6r) elements, r = 1024
+        {'all_reduce': (28, 58763264)}
+        >>> loro_exact_step(dataclasses.replace(args, group_linears=False), "vanilla")
+        {'all_gather': (28, 159907840)}
+    """
+    if not SCHEMES[scheme].low_rank:
+        raise ValueError(f"LORO runs on low-rank kinds; {scheme} is the dense baseline")
+    r, d, f = args.rank, args.dim, args.ffn_dim
+    kv = args.kv_heads * args.head_dim
+    shapes = {
+        "q": (d, d),
+        "k": (d, kv),
+        "v": (d, kv),
+        "o": (d, d),
+        "gate": (d, f),
+        "up": (d, f),
+        "down": (f, d),
+    }
+    names = [["q", "k", "v"], ["o"], ["gate", "up"], ["down"]] if args.grouped else [[n] for n in shapes]
+    volume: Volume = {}
+    for bottleneck in names:
+        if SCHEMES[scheme].shards_rank:
+            elements = sum(2 * r * (shapes[n][0] + shapes[n][1]) for n in bottleneck)
+            count, total_elements = volume.get("all_gather", (0, 0))
+            volume["all_gather"] = (count + 4, total_elements + elements)
+        else:
+            count, total_elements = volume.get("all_reduce", (0, 0))
+            volume["all_reduce"] = (count + 7, total_elements + (8 * r * r + 6 * r) * len(bottleneck))
+    return volume

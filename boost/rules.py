@@ -46,6 +46,12 @@ class LinearKind:
         """Whether the model can be cut into pipeline stages: a stage boundary would cut LaX's carry."""
         return not self.latent_crossing
 
+    @property
+    def factors_form_weight(self) -> bool:
+        """``B·A`` is the layer's weight: low rank with nothing between the factors (no σ, no LaX carry),
+        so the factors are a point ``W = B·A`` on the rank-r manifold, the point LORO's optimizer moves."""
+        return self.low_rank and not self.latent_activation and not self.latent_crossing
+
 
 KINDS: dict[str, LinearKind] = {
     kind.name: kind
@@ -294,6 +300,33 @@ def online_norm_problem(linear: str, tp_scheme: str, norm: str, group_linears: b
     return (
         "online RMSNorm rides in the one grouped down-projection that reads the norm; ungrouped, several "
         'read it: set boost.norm = "sync", or boost.group_linears = true'
+    )
+
+
+def loro_kind_problem(linear: str) -> str | None:
+    """LORO (``optimizer.name = "LORO"``) moves ``W = B·A`` on the rank-r manifold: the kind's factors must
+    form its weight (``LinearKind.factors_form_weight``)."""
+    kind = KINDS[linear]
+    if kind.factors_form_weight:
+        return None
+    svd = next(k.name for k in KINDS.values() if k.factors_form_weight)
+    if not kind.low_rank:
+        return f'LORO moves low-rank factors and the dense model has none: use boost.linear = "{svd}"'
+    between = "σ and the LaX carry" if kind.latent_crossing else "σ"
+    return (
+        f"LORO moves W = B·A on the rank-r manifold, and under boost.linear = {linear!r} {between} between the "
+        f'factors make B·A not the layer\'s weight: use boost.linear = "{svd}" (or optimizer.name = "AdamW")'
+    )
+
+
+def loro_rank_problem(rank: int, smallest_dim: int) -> str | None:
+    """LORO's exact step adds up to r new directions to each factor's r columns (the tangent step leaves
+    the column space), so every factor needs at least 2r rows: ``2·rank ≤`` the smallest factored dim."""
+    if 2 * rank <= smallest_dim:
+        return None
+    return (
+        f"LORO's exact step needs 2·rank ≤ the smallest factored dim ({smallest_dim}): "
+        f"use a rank of at most {smallest_dim // 2}"
     )
 
 

@@ -7,8 +7,6 @@ this model alone (the preflight refuses any other ``model.name``), so it does no
 """
 
 from torchtitan.components.loss import build_cross_entropy_loss
-from torchtitan.components.lr_scheduler import build_lr_schedulers
-from torchtitan.components.optimizer import build_optimizers
 from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 
 from boost.model import FLAVORS
@@ -19,6 +17,7 @@ from torchtitan_ext.infra.parallelize import parallelize_boost
 from torchtitan_ext.infra.pipeline import pipeline_boost
 from torchtitan_ext.metrics import build_boost_metrics_processor
 from torchtitan_ext.model import JobModelArgs, JobTransformer
+from torchtitan_ext.optimizer import build_boost_lr_schedulers, build_boost_optimizers
 from torchtitan_ext.startup_clock import STARTUP
 
 
@@ -31,7 +30,7 @@ def _build_dataloader(*args, **kwargs):
 
 def _build_optimizers(*args, **kwargs):
     STARTUP.end("model")  # torchtitan builds the optimizer once the model is initialised
-    return build_optimizers(*args, **kwargs)
+    return build_boost_optimizers(*args, **kwargs)  # torchtitan's, and LORO
 
 
 def get_train_spec() -> TrainSpec:
@@ -43,7 +42,7 @@ def get_train_spec() -> TrainSpec:
         parallelize_fn=parallelize_boost,
         pipelining_fn=pipeline_boost,
         build_optimizers_fn=_build_optimizers,
-        build_lr_schedulers_fn=build_lr_schedulers,
+        build_lr_schedulers_fn=build_boost_lr_schedulers,  # torchtitan's, and cosine_restart
         build_dataloader_fn=_build_dataloader,
         build_tokenizer_fn=STARTUP.timed("tokenizer", build_boost_tokenizer),
         build_loss_fn=build_cross_entropy_loss,

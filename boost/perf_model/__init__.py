@@ -18,6 +18,7 @@ Example::
 from boost.perf_model.cpu_calibration import calibrate_cpu
 from boost.perf_model.fit import fit_a100
 from boost.perf_model.hardware import A100, CPU_GLOO, H100, HARDWARE, Hardware, get_hardware
+from boost.perf_model.loro_cost import loro_exact_step_time
 from boost.perf_model.reference_table import (
     PAPER_COMM_7B,
     PAPER_STEP_TIMES,
@@ -38,6 +39,7 @@ from boost.perf_model.step_time import (
 )
 
 __all__ = [
+    "loro_exact_step_time",
     "A100",
     "CPU_GLOO",
     "H100",

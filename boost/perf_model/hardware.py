@@ -40,6 +40,9 @@ class Hardware:
     eta_hbm: float = 0.80  # fraction of HBM bandwidth of streaming kernels: memory-bound GEMMs, fused Adam
     t_kernel: float = 10e-6  # fixed cost per GEMM kernel (launch, wave tail)
     t_layer: float = 0.0  # fixed cost per block per micro-batch (launches of the small kernels, host gaps)
+    # LORO's exact step (boost.perf_model.loro_cost) runs in float64
+    peak_flops_fp64: float = 19.5e12  # A100 FP64 tensor core; H100 SXM 67 TFLOP/s
+    eta_svd: float = 0.05  # the 2r × 2r SVD's rate, as a fraction of peak_flops_fp64, counting 22·n³ flops
 
 
 # Fitted 2026-11-22 on the paper's 15 step times (GEMM/attention/memory efficiencies, t_kernel)
@@ -69,6 +72,7 @@ H100 = dataclasses.replace(
     bus_bw=450e9 * 222.4 / 300,
     latency=30e-6,
     inter_bw=50e9,
+    peak_flops_fp64=67e12,
 )
 # This 2-core CPU + gloo loopback, measured by calibrate_cpu() on 2026-11-22: fp32 1024² matmul
 # 23.2 GFLOP/s, 32 MiB clone 1.26 GB/s (read + write), gloo all-reduce between 2 processes 101 µs
@@ -89,6 +93,10 @@ CPU_GLOO = Hardware(
     eta_mem=1.0,
     eta_hbm=1.0,
     t_kernel=20e-6,
+    # fp64 at 0.54× fp32 and the SVD (LAPACK gesdd, 1024 × 1024) at 2.0× the fp64 GEMM rate in 22·n³-flop
+    # terms, both measured side by side on 2026-11-25 (a loaded machine: only the ratios are kept)
+    peak_flops_fp64=23.2e9 * 0.54,
+    eta_svd=2.0,
 )
 HARDWARE: dict[str, Hardware] = {"a100": A100, "h100": H100, "cpu_gloo": CPU_GLOO}
 

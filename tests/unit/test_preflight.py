@@ -131,7 +131,7 @@ CASES = [
     (["--metrics.log_freq", "0"], 1, "metrics.log_freq = 0: must be at least 1"),
     (["--validation.freq", "0"], 1, "validation.freq = 0: must be at least 1"),
     (["--optimizer.lr", "-1"], 1, "optimizer.lr = -1.0: must lie in (0, ∞)"),
-    (["--optimizer.name", "Foo"], 1, "optimizer.name = 'Foo': choose one of ('Adam', 'AdamW')"),
+    (["--optimizer.name", "Foo"], 1, "optimizer.name = 'Foo': choose one of ('Adam', 'AdamW', 'LORO')"),
     (
         ["--training.global_batch_size", "10"],
         1,
@@ -168,6 +168,30 @@ CASES = [
         "checkpoint.keep_latest_k = 1: use 0 to keep every checkpoint, or at least 2",
     ),
     (["--lr_scheduler.min_lr_factor", "1.5"], 1, "lr_scheduler.min_lr_factor = 1.5: must lie in [0, 1]"),
+    (
+        ["--optimizer.name", "LORO"],
+        1,
+        "optimizer.name = 'LORO': LORO moves W = B·A on the rank-r manifold, and under boost.linear = 'cola' σ "
+        'between the factors make B·A not the layer\'s weight: use boost.linear = "svd"',
+    ),
+    (
+        ["--optimizer.name", "LORO", "--boost.linear", "svd", "--boost.rank", "100"],
+        1,
+        "boost.rank = 100: LORO's exact step needs 2·rank ≤ the smallest factored dim (128): use a rank of at most 64",
+    ),
+    (["--optimizer.loro_freq", "0"], 1, "optimizer.loro_freq = 0: must be at least 1"),
+    (["--optimizer.loro_lr_scaler", "0"], 1, "optimizer.loro_lr_scaler = 0.0: use -1 (rank / dim"),
+    (
+        ["--lr_scheduler.decay_type", "cosine_restart", "--lr_scheduler.min_lr_factor", "0"],
+        1,
+        "lr_scheduler.min_lr_factor = 0.0: must lie in (0, 1] for cosine_restart",
+    ),
+    (
+        ["--lr_scheduler.decay_type", "cosine_restart", "--lr_scheduler.restart_adjust_steps", "300"],
+        1,
+        "lr_scheduler.restart_adjust_steps = 300: warmup_steps + restart_adjust_steps = 330 must be below the "
+        "schedule's 300 steps",
+    ),
     (["--training.dataset", "c5"], 1, "training.dataset = 'c5': unknown dataset"),
     (
         ["--training.dataset_path", "corpus.jsonl"],
@@ -253,7 +277,7 @@ TOML_CASES = [
     ),
     (
         (('decay_type = "cosine"', 'decay_type = "step"'),),
-        "lr_scheduler.decay_type = 'step': expected one of ('linear', 'sqrt', 'cosine')",
+        "lr_scheduler.decay_type = 'step': expected one of ('linear', 'sqrt', 'cosine', 'cosine_restart')",
     ),
     (
         (('custom_config_module = "torchtitan_ext.config"', ""),),

@@ -16,13 +16,16 @@ from torchtitan_ext.infra.parallelize import compute_precision
 from torchtitan_ext.preflight import check_job
 
 TOMLS = sorted(p for p in (ROOT / "train_configs").glob("*.toml") if p.stem != "debug")
+TOMLS += sorted((ROOT / "train_configs" / "loro").glob("*.toml"))  # the LORO authors' recipes
 
 
 def _header_ngpu(path) -> int:
     return int(re.search(r"^#\s+NGPU=(\d+) CONFIG_FILE=", path.read_text(), re.M).group(1))
 
 
-@pytest.mark.parametrize("path", TOMLS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path", TOMLS, ids=lambda p: p.relative_to(ROOT / "train_configs").with_suffix("").as_posix()
+)
 def test_shipped_toml_computes_in_bf16_at_its_header_ngpu(path):
     ngpu = _header_ngpu(path)
     job = check_job(["--job.config_file", str(path)], world_size=ngpu)

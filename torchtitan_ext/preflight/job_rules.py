@@ -25,8 +25,9 @@ from boost import rules
 from boost.model.args import FLAVORS, ModelArgs
 from boost.rules import AC_MODES, KINDS, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
 
-# torchtitan.components.optimizer.build_optimizers knows these two (NotImplementedError otherwise).
-OPTIMIZER_NAMES = ("Adam", "AdamW")
+# torchtitan.components.optimizer.build_optimizers knows Adam and AdamW (NotImplementedError otherwise);
+# torchtitan_ext.optimizer.build_boost_optimizers adds LORO.
+OPTIMIZER_NAMES = ("Adam", "AdamW", "LORO")
 # A byte-level BPE holds the 256 byte symbols plus BOS and EOS.
 MIN_VOCAB_SIZE = 256 + 2
 
@@ -323,6 +324,43 @@ def _tokens_read_in_process(section: str) -> Check:
     return check
 
 
+def _loro(ctx: JobContext) -> bool:
+    '''when optimizer.name = "LORO"'''
+    return ctx.job.optimizer.name == "LORO"
+
+
+def _cosine_restart(ctx: JobContext) -> bool:
+    '''when lr_scheduler.decay_type = "cosine_restart"'''
+    return ctx.job.lr_scheduler.decay_type == "cosine_restart"
+
+
+def _loro_rank_fits(ctx: JobContext) -> str | None:
+    if not _loro(ctx) or not KINDS[ctx.boost.linear].low_rank:
+        return None
+    args = ctx.model_args
+    return rules.loro_rank_problem(ctx.rank, min(args.dim, args.kv_heads * args.head_dim, args.ffn_dim))
+
+
+def _loro_lr_scaler(ctx: JobContext) -> str | None:
+    v = ctx.job.optimizer.loro_lr_scaler
+    if v == -1 or (0 < v < math.inf):
+        return None
+    return "use -1 (rank / dim, the authors' recipes) or a positive factor"
+
+
+def _restart_schedule_fits(ctx: JobContext) -> str | None:
+    sched = ctx.job.lr_scheduler
+    if not _cosine_restart(ctx):
+        return None
+    total = sched.total_steps or ctx.job.training.steps
+    if sched.warmup_steps + sched.restart_adjust_steps < total:
+        return None
+    return (
+        f"warmup_steps + restart_adjust_steps = {sched.warmup_steps + sched.restart_adjust_steps} must be "
+        f"below the schedule's {total} steps (the authors' recipes use restart_adjust_steps = -warmup_steps)"
+    )
+
+
 def _validation_applies(ctx: JobContext) -> bool:
     """when validation.enable"""
     return ctx.job.validation.enable
@@ -543,6 +581,44 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     within("lr_scheduler.min_lr_factor", 0, 1),
+    # LORO and its schedule
+    Rule(
+        "optimizer.name",
+        '"LORO" only with boost.linear = "svd" (B·A must be the layer\'s weight)',
+        lambda c: rules.loro_kind_problem(c.boost.linear) if _loro(c) else None,
+    ),
+    Rule(
+        "boost.rank", "2·rank ≤ min(dim, kv dim, ffn_dim) under LORO", _loro_rank_fits, shown=lambda c: c.rank
+    ),
+    at_least("optimizer.loro_freq", 1, "steps between LORO's exact steps"),
+    at_least("optimizer.loro_refresh_freq", 0, "0: never"),
+    Rule("optimizer.loro_lr_scaler", "-1 (rank / dim) or a positive factor", _loro_lr_scaler),
+    Rule(
+        "optimizer.early_step_in_backward",
+        "false under LORO",
+        lambda c: (
+            "LORO's exact step needs every factor's gradient at once, not one parameter's in backward: set "
+            "it false"
+            if _loro(c) and c.job.optimizer.early_step_in_backward
+            else None
+        ),
+    ),
+    at_least("lr_scheduler.restart_every", 1, "steps per cosine_restart cycle"),
+    at_least("lr_scheduler.restart_warmup_steps", 0),
+    Rule(
+        "lr_scheduler.min_lr_factor",
+        'in (0, 1] under decay_type = "cosine_restart"',
+        lambda c: (
+            "must lie in (0, 1] for cosine_restart (the authors' schedule asserts it; their recipes use 0.1)"
+            if _cosine_restart(c) and not 0 < c.job.lr_scheduler.min_lr_factor <= 1
+            else None
+        ),
+    ),
+    Rule(
+        "lr_scheduler.restart_adjust_steps",
+        'warmup_steps + restart_adjust_steps < the schedule\'s steps under "cosine_restart"',
+        _restart_schedule_fits,
+    ),
     # Checkpoints, metrics, validation, profiling, communication
     at_least("checkpoint.interval", 1),
     Rule(

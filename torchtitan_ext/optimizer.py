@@ -1,0 +1,74 @@
+"""``optimizer.name = "LORO"`` and ``lr_scheduler.decay_type = "cosine_restart"`` in torchtitan's trainer.
+
+torchtitan builds one optimizer per model part (a pipeline stage each) in an ``OptimizersContainer``,
+whose ``state_dict`` is torch's ``get_optimizer_state_dict`` of every part, flattened by parameter name:
+that is what goes into the DCP checkpoint and what reshards. LORO's container differs in one thing: it
+hands each part's optimizer the *model part* (``boost.optim.LORO`` finds its factor pairs there) rather
+than its parameter list. Everything LORO keeps — each parameter's Adam moments and step count, and the
+position in the exact/refresh cycle (``updates``) — is in that state dict. The schedule is torchtitan's
+``LRSchedulersContainer`` over ``boost.optim.cosine_restart_factor``.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch.nn as nn
+from torchtitan.components.lr_scheduler import LRSchedulersContainer, build_lr_schedulers
+from torchtitan.components.optimizer import OptimizersContainer, build_optimizers
+from torchtitan.tools.logging import logger
+
+from boost.optim import LORO, cosine_restart_factor
+
+LORO_NAME = "LORO"
+COSINE_RESTART = "cosine_restart"
+
+
+class LoroOptimizersContainer(OptimizersContainer):
+    """torchtitan's container with one ``LORO`` per model part."""
+
+    def __init__(self, model_parts: list[nn.Module], optimizer_kwargs: dict) -> None:
+        self.model_parts = model_parts
+        self.optimizers = [LORO(part, **optimizer_kwargs) for part in model_parts]
+        all_params = [p for part in model_parts for p in part.parameters() if p.requires_grad]
+        self._validate_length(len(model_parts))
+        self._post_init(all_params, optimizer_kwargs)
+
+
+def build_boost_optimizers(
+    model_parts, optimizer_config, parallel_dims, ft_manager=None
+) -> OptimizersContainer:
+    """torchtitan's ``build_optimizers``, and LORO when ``optimizer.name = "LORO"``."""
+    if optimizer_config.name != LORO_NAME:
+        return build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
+    kwargs = {
+        "lr": optimizer_config.lr,
+        "betas": (optimizer_config.beta1, optimizer_config.beta2),
+        "eps": optimizer_config.eps,
+        "weight_decay": optimizer_config.weight_decay,
+        "loro_freq": optimizer_config.loro_freq,
+        "refresh_freq": optimizer_config.loro_refresh_freq,
+        "lr_scaler": optimizer_config.loro_lr_scaler,
+    }
+    logger.info(
+        f"LORO: exact step every {optimizer_config.loro_freq} steps, Adam moments refreshed every "
+        f"{optimizer_config.loro_refresh_freq or 'never'}, lazy learning-rate scaler "
+        f"{'rank / dim' if optimizer_config.loro_lr_scaler < 0 else optimizer_config.loro_lr_scaler}"
+    )
+    return LoroOptimizersContainer(model_parts, kwargs)
+
+
+def build_boost_lr_schedulers(optimizers, lr_scheduler_config, training_steps: int) -> LRSchedulersContainer:
+    """torchtitan's ``build_lr_schedulers``, and the LORO authors' schedule for ``decay_type = "cosine_restart"``."""
+    if lr_scheduler_config.decay_type != COSINE_RESTART:
+        return build_lr_schedulers(optimizers, lr_scheduler_config, training_steps)
+    factor = partial(
+        cosine_restart_factor,
+        total_steps=lr_scheduler_config.total_steps or training_steps,
+        warmup_steps=lr_scheduler_config.warmup_steps,
+        restart_every=lr_scheduler_config.restart_every,
+        restart_warmup_steps=lr_scheduler_config.restart_warmup_steps,
+        min_lr_ratio=lr_scheduler_config.min_lr_factor,
+        adjust_steps=lr_scheduler_config.restart_adjust_steps,
+    )
+    return LRSchedulersContainer(optimizers, factor)
