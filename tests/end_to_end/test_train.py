@@ -1,5 +1,6 @@
-"""Real torchtitan training steps through ``run_train.sh`` on CPU (gloo): the default job, resume, compile and
-profile. Every scheme × layout × compile × AC combination: tests/end_to_end/test_feature_matrix.py."""
+"""Real torchtitan training steps through ``run_train.sh`` on CPU (gloo): the default job (the session's
+``default_run``), resume, compile and profile. Every scheme × layout × compile × AC combination:
+tests/end_to_end/test_feature_matrix.py."""
 
 from __future__ import annotations
 
@@ -8,26 +9,17 @@ import shutil
 
 import pytest
 
+from tests.end_to_end.default_run import DEFAULT_STEPS
 from tests.trainer import losses, run_train
 
 
 @pytest.mark.slow
-def test_default_job_trains_writes_and_resumes_onto_the_same_curve(tmp_path):
-    # one schedule for the 20-step run and the 10-step run resumed to 20 (else the cosine differs)
-    common = [
-        "--validation.no-enable",
-        "--lr_scheduler.total_steps",
-        "20",
-        "--lr_scheduler.warmup_steps",
-        "5",
-        "--checkpoint.interval",
-        "10",
-    ]
-    log = run_train(tmp_path, *common, steps=20, folder="straight")
-    straight = losses(log)
-    assert straight[20] < straight[1] - 1.0, straight  # loss falls clearly
-    assert (tmp_path / "straight" / "checkpoint" / "step-20").is_dir()
-    events = list((tmp_path / "straight" / "tb").rglob("events.out.tfevents.*"))
+def test_default_job_trains_and_writes_checkpoints_and_tensorboard(default_run):
+    # (that a second start resumes onto the same curve: test_checkpoint_identity.py's resume test)
+    straight = default_run.losses
+    assert straight[DEFAULT_STEPS] < straight[1] - 1.0, straight  # loss falls clearly
+    assert (default_run.tmp / "out" / "checkpoint" / f"step-{DEFAULT_STEPS}").is_dir()
+    events = list((default_run.tmp / "out" / "tb").rglob("events.out.tfevents.*"))
     assert events, "no tensorboard event file"
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -36,13 +28,6 @@ def test_default_job_trains_writes_and_resumes_onto_the_same_curve(tmp_path):
     acc.Reload()
     tags = set(acc.Tags()["scalars"])
     assert {"loss_metrics/global_avg_loss", "throughput(tps)", "mfu(%)"} <= tags, tags
-
-    # a second start resumes from the checkpoint instead of starting over, onto the same curve
-    # (world size 1 here; tp=2 resumed at one process is test_fault_tolerance's SIGKILL test)
-    run_train(tmp_path, *common, steps=10, folder="resumed")
-    second = run_train(tmp_path, *common, steps=20, folder="resumed")
-    assert "Training starts at step 11" in second
-    assert losses(second) == {s: v for s, v in straight.items() if s > 10}  # bit-identical on CPU
 
 
 def _close(a: dict[int, float], b: dict[int, float], rtol: float) -> None:
