@@ -9,8 +9,8 @@ import shutil
 
 import pytest
 
-from tests.end_to_end.default_run import DEFAULT_STEPS
-from tests.trainer import losses, run_train
+from tests.end_to_end.default_run import DEFAULT_RUN, DEFAULT_STEPS
+from tests.trainer import losses, run_train, train
 
 
 @pytest.mark.slow
@@ -37,37 +37,42 @@ def _close(a: dict[int, float], b: dict[int, float], rtol: float) -> None:
 
 
 @pytest.mark.slow
-def test_one_process_checkpoint_resumes_as_fsdp_and_fsdp_times_tp_on_one_curve(tmp_path):
+def test_one_process_checkpoint_resumes_as_fsdp_and_fsdp_times_tp_on_one_curve(default_run, tmp_path):
     # 1 process -> fsdp=2 and -> fsdp=2 x tp=2: DCP reshards model and optimizer; the data position
     # cannot follow a new data-parallel degree, so both restart their data shards (and warn). Both
     # then have DP degree 2 and see the same samples: their curves must agree to f32 rounding.
-    common = ["--validation.no-enable", "--lr_scheduler.warmup_steps", "5", "--checkpoint.interval", "100"]
-    one = losses(run_train(tmp_path, *common, steps=6, folder="one"))
+    one = default_run.losses
     for folder in ("a", "b"):
-        shutil.copytree(tmp_path / "one" / "checkpoint", tmp_path / folder / "checkpoint")
-    fsdp_log = run_train(
-        tmp_path, *common, "--parallelism.data_parallel_shard_degree", "2", ngpu=2, steps=9, folder="a"
-    )
-    fsdp_tp = run_train(
+        shutil.copytree(default_run.tmp / "out" / "checkpoint", tmp_path / folder / "checkpoint")
+    fsdp_log = train(
         tmp_path,
-        *common,
+        *DEFAULT_RUN,
+        "--parallelism.data_parallel_shard_degree",
+        "2",
+        ngpu=2,
+        steps=DEFAULT_STEPS + 3,
+        folder="a",
+    )
+    fsdp_tp = train(
+        tmp_path,
+        *DEFAULT_RUN,
         "--parallelism.data_parallel_shard_degree",
         "2",
         "--parallelism.tensor_parallel_degree",
         "2",
         ngpu=4,
-        steps=9,
+        steps=DEFAULT_STEPS + 3,
         folder="b",
     )
     assert "Applied FSDP to the model" in fsdp_tp and "Applied btp tensor parallelism" in fsdp_tp
     for log in (fsdp_log, fsdp_tp):
         assert (
-            "Training starts at step 7" in log
+            f"Training starts at step {DEFAULT_STEPS + 1}" in log
             and "data-parallel degree changed from 1 (checkpoint) to 2" in log
         )
     fsdp = losses(fsdp_log)
     _close(losses(fsdp_tp), fsdp, 1e-5)
-    assert fsdp[7] < one[1] - 0.5, (one, fsdp)  # the trained weights, not a fresh model
+    assert fsdp[DEFAULT_STEPS + 1] < one[1] - 0.5, (one, fsdp)  # the trained weights, not a fresh model
 
 
 @pytest.mark.slow
