@@ -1,4 +1,8 @@
-"""A run's life on a cluster, on real CPU runs: the launcher killed, SIGTERM/SIGINT stops, resume."""
+"""A run's life on a cluster, on real CPU runs: the launcher killed, SIGTERM/SIGINT stops, resume.
+
+The signalled runs go through ``run_train.sh`` (its launcher is what is signalled); the runs they are
+compared with, and the restarts, are the trainer's ranks alone (``tests/trainer.py``'s ``train``).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.end_to_end.test_fault_tolerance import COMMON, _descendants
-from tests.trainer import ROOT, SMALL, losses, run_train
+from tests.trainer import ROOT, SMALL, losses, train
 
 STEPS = 24
 
@@ -82,7 +86,14 @@ def test_ranks_end_when_the_launcher_is_killed(tmp_path):
     assert _complete(tmp_path / "out") <= at_kill | {max(at_kill) + 1}, console.read_text()[-3000:]
 
 
-def _stopped_then_resumed(tmp_path, send, check_every: int = 2) -> tuple[int, str, int]:
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> dict[int, float]:
+    """The uninterrupted run the stopped runs resume onto (same layout, seed and data): its losses."""
+    tmp = tmp_path_factory.mktemp("straight")
+    return losses(train(tmp, *COMMON, "--checkpoint.no-enable", ngpu=2, steps=STEPS, folder="straight"))
+
+
+def _stopped_then_resumed(tmp_path, straight, send, check_every: int = 2) -> tuple[int, str, int]:
     """Signal a run after its step-3 checkpoint with ``send(launcher_pid, rank_pids)``; return its exit code,
     console, and the step it stopped at, and check that the restart lands on the uninterrupted curve."""
     # interval 3, agreement every 2 steps: the stop's checkpoint is one the interval would not write
@@ -98,10 +109,7 @@ def _stopped_then_resumed(tmp_path, send, check_every: int = 2) -> tuple[int, st
     assert 3 < stopped < STEPS and stopped % check_every == 0 and stopped % 3, text[-3000:]
     assert took < 30, took
 
-    straight = losses(
-        run_train(tmp_path, *COMMON, "--checkpoint.no-enable", ngpu=2, steps=STEPS, folder="straight")
-    )
-    resumed = losses(run_train(tmp_path, *COMMON, *opts, ngpu=2, steps=STEPS, folder="stopped"))
+    resumed = losses(train(tmp_path, *COMMON, *opts, ngpu=2, steps=STEPS, folder="stopped"))
     assert min(resumed) == stopped + 1
     # same layout, same seed, same data position: the resumed steps are the uninterrupted ones
     for step, loss in resumed.items():
@@ -110,12 +118,12 @@ def _stopped_then_resumed(tmp_path, send, check_every: int = 2) -> tuple[int, st
 
 
 @pytest.mark.slow
-def test_sigterm_to_every_process_saves_and_resumes_on_the_same_curve(tmp_path):
+def test_sigterm_to_every_process_saves_and_resumes_on_the_same_curve(tmp_path, straight):
     def slurm(launcher, ranks):  # Slurm signals every process of the job, launcher and ranks alike
         for pid in [launcher, *ranks]:
             os.kill(pid, signal.SIGTERM)
 
-    rc, text, stopped = _stopped_then_resumed(tmp_path, slurm)
+    rc, text, stopped = _stopped_then_resumed(tmp_path, straight, slurm)
     assert rc == 128 + signal.SIGTERM, text[-3000:]
     assert f"BOOST: stopped by SIGTERM after step {stopped}: checkpoint" in text
     assert "Traceback" not in text and "SignalException" not in text, text[-3000:]
@@ -123,9 +131,9 @@ def test_sigterm_to_every_process_saves_and_resumes_on_the_same_curve(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_cleanly_and_a_second_one_at_once(tmp_path):
+def test_ctrl_c_stops_cleanly_and_a_second_one_at_once(tmp_path, straight):
     rc, text, stopped = _stopped_then_resumed(
-        tmp_path, lambda launcher, ranks: os.killpg(launcher, signal.SIGINT)
+        tmp_path, straight, lambda launcher, ranks: os.killpg(launcher, signal.SIGINT)
     )
     assert rc == 128 + signal.SIGINT
     assert f"BOOST: stopped by SIGINT after step {stopped}: checkpoint" in text
