@@ -86,7 +86,8 @@ def cola_run(tmp_path_factory):
     return make_run(tmp_path_factory.mktemp("cola_run"), "cola")
 
 
-def test_cli_streams_the_sampled_text(cola_run, capsys):
+@pytest.mark.slow
+def test_cli_streams_the_sampled_text(cola_run):
     run = load_run(cola_run)
     ids = run.tokenizer.encode("def main(")
     expected = run.tokenizer.decode(list(sample(run.model, ids, 16, temperature=0.8, top_k=40, seed=2)))
@@ -99,6 +100,9 @@ def test_cli_streams_the_sampled_text(cola_run, capsys):
     assert out.returncode == 0, out.stderr
     assert out.stdout == "def main(" + expected + "\n"
     assert "step-3" in out.stderr
+
+
+def test_cli_names_the_bad_argument(cola_run, capsys):
     # Bad input: a message naming the argument, no traceback.
     assert main(["--config", str(cola_run), "--checkpoint", "99"]) == 2
     assert "step-99" in capsys.readouterr().err
