@@ -15,6 +15,8 @@ Not the launcher: ``run_train.sh``'s preflight and torchrun are tested where the
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import math
@@ -28,6 +30,7 @@ import traceback
 import torch
 from torchtitan.config import ConfigManager
 
+from boost.data.stdlib_corpus import stdlib_files
 from boost.process_exit import exit_finished_process
 from torchtitan_ext.train import BoostTrainer, main
 from torchtitan_ext.train_spec import register_boost_train_spec
@@ -110,8 +113,20 @@ def _kill(children: dict[int, int], codes: list[int | None]) -> None:
                 pass
 
 
+def _warm() -> None:
+    """Work every rank of a test run repeats and whose result depends on nothing a test sets, done
+    once here so that the forks inherit it: the stdlib corpus's file list (a walk of the standard
+    library, cached per process) and tyro's parser caches for torchtitan's config classes."""
+    stdlib_files("train")
+    with contextlib.redirect_stderr(io.StringIO()):  # torchtitan's warnings about the default job
+        ConfigManager().parse_args(
+            ["--job.config_file", "./train_configs/debug.toml", "--training.steps", "1"]
+        )
+
+
 def serve() -> None:
     register_boost_train_spec()
+    _warm()
     out = sys.stdout
     print("ready", file=out, flush=True)
     for line in sys.stdin:
