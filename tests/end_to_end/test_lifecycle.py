@@ -15,13 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.end_to_end.test_fault_tolerance import COMMON, _descendants
+from tests.end_to_end.test_fault_tolerance import COMMON
 from tests.trainer import ROOT, SMALL, losses, train
 
 STEPS = 24
+# the killed run's: killed after its step-3 checkpoint, it has 9 bigger steps to go (seconds)
+KILLED_STEPS = 12
 
 
-def _start(tmp_path: Path, folder: str, *overrides: str) -> tuple[subprocess.Popen, Path]:
+def _start(tmp_path: Path, folder: str, *overrides: str, steps: int = STEPS) -> tuple[subprocess.Popen, Path]:
     """``run_train.sh`` at NGPU=2 in a session of its own (a terminal's job); console to a file."""
     env = dict(os.environ, NGPU="2", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
     console = tmp_path / f"{folder}.console"
@@ -30,7 +32,7 @@ def _start(tmp_path: Path, folder: str, *overrides: str) -> tuple[subprocess.Pop
         "--job.dump_folder",
         str(tmp_path / folder),
         "--training.steps",
-        str(STEPS),
+        str(steps),
         *SMALL,
         *COMMON,
         *overrides,
@@ -40,6 +42,24 @@ def _start(tmp_path: Path, folder: str, *overrides: str) -> tuple[subprocess.Pop
             cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
         )
     return proc, console
+
+
+def _descendants(pid: int) -> list[int]:
+    """All processes below ``pid`` (torchrun starts its workers in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def _complete(folder: Path) -> set[int]:
@@ -72,18 +92,40 @@ def _gone_within(pids: list[int], seconds: float) -> float:
 
 
 @pytest.mark.slow
-def test_ranks_end_when_the_launcher_is_killed(tmp_path):
-    proc, console = _start(tmp_path, "out", "--checkpoint.interval", "1")
-    _wait_for_step(proc, tmp_path / "out", 2)
+def test_sigkill_to_the_launcher_ends_its_ranks_and_the_run_resumes_at_one_process_on_the_same_curve(
+    tmp_path,
+):
+    # tp=2, bigger steps than the other tests (the kill must land while the run is still going), a
+    # checkpoint every step (one may be in flight at the kill)
+    big = ["--training.seq_len", "256", "--training.local_batch_size", "8"]
+    tp = ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1", *big]
+    proc, console = _start(tmp_path, "killed", *tp, "--checkpoint.interval", "1", steps=KILLED_STEPS)
+    _wait_for_step(proc, tmp_path / "killed", 3)
     ranks = _descendants(proc.pid)
-    assert len(ranks) >= 2
+    assert len(ranks) >= 2 and proc.poll() is None, "the run finished before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)  # the launcher alone: the ranks are in sessions of their own
     proc.wait()
-    at_kill = _complete(tmp_path / "out")
+    at_kill = _complete(tmp_path / "killed")
     _gone_within(ranks, 5)
     time.sleep(1)
     # at most the save in flight at the kill completes (none does: SIGKILL lands mid-step)
-    assert _complete(tmp_path / "out") <= at_kill | {max(at_kill) + 1}, console.read_text()[-3000:]
+    assert _complete(tmp_path / "killed") <= at_kill | {max(at_kill) + 1}, console.read_text()[-3000:]
+
+    # resumed at 1 process: DCP reshards the tp=2 checkpoint (same data-parallel degree, same samples)
+    straight = losses(
+        train(tmp_path, *COMMON, *tp, "--checkpoint.no-enable", ngpu=2, steps=KILLED_STEPS, folder="straight")
+    )
+    log = train(
+        tmp_path, *COMMON, *big, "--checkpoint.interval", "1", ngpu=1, steps=KILLED_STEPS, folder="killed"
+    )
+    resumed = losses(log)
+    assert resumed, log[-3000:]
+    first = min(resumed)
+    assert "Training starts at step" in log and 4 <= first < KILLED_STEPS
+    # TP=2 and 1 process agree to f32 rounding (the all-reduces sum in another order), not to the bit
+    assert resumed.keys() == {s for s in straight if s >= first}
+    for step, loss in resumed.items():
+        assert abs(loss - straight[step]) <= 1e-5 * straight[step], (step, loss, straight[step])
 
 
 @pytest.fixture(scope="module")
