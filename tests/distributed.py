@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import tempfile
 import traceback
@@ -11,6 +12,21 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from boost.process_exit import exit_finished_process
+
+# The ranks fork from one server process that imported these once (multiprocessing's forkserver,
+# started on first use): a rank then costs a fork, not a Python start and torch's import. Each rank
+# starts from the state right after these imports, as fresh as a spawned one, and nothing a rank
+# does reaches the next; only the environment is the server's (it starts with the session's).
+PRELOAD = [
+    "torch",
+    "torch.distributed.tensor",
+    "torch.distributed.tensor.parallel",
+    "torch.distributed.fsdp",
+    "boost",
+    "boost.parallel",
+    "torchtitan_ext.infra.parallelize",
+    "tests.distributed",
+]
 
 
 def _worker(rank: int, world_size: int, init_file: str, fn, args, error_dir: str) -> None:
@@ -28,12 +44,24 @@ def _worker(rank: int, world_size: int, init_file: str, fn, args, error_dir: str
     exit_finished_process()  # a passing rank: gloo can abort in interpreter finalisation
 
 
-def run_distributed(fn, world_size: int, *args) -> None:
-    """Spawn ``world_size`` processes running ``fn(rank, world_size, *args)``; re-raise the first failure."""
+def run_distributed(fn, world_size: int, *args, start_method: str = "forkserver") -> None:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` processes; re-raise the first failure.
+
+    ``start_method="spawn"`` starts each rank as a new Python, for a body that needs what only a
+    process start sets (an environment variable read at start-up, such as glibc's ``MALLOC_*``).
+    """
+    if start_method == "forkserver":
+        multiprocessing.get_context("forkserver").set_forkserver_preload(PRELOAD)
     with tempfile.TemporaryDirectory() as tmp:
         init_file = os.path.join(tmp, "init")
         try:
-            mp.spawn(_worker, args=(world_size, init_file, fn, args, tmp), nprocs=world_size, join=True)
+            mp.start_processes(
+                _worker,
+                args=(world_size, init_file, fn, args, tmp),
+                nprocs=world_size,
+                join=True,
+                start_method=start_method,
+            )
         except Exception as exc:
             reports = sorted(f for f in os.listdir(tmp) if f.startswith("rank"))
             details = "\n".join(open(os.path.join(tmp, f)).read() for f in reports)

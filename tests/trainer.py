@@ -1,7 +1,11 @@
-"""Run BOOST's trainer the way a user does: ``run_train.sh`` with overrides, on CPU (gloo); read its losses."""
+"""Run BOOST's trainer on CPU (gloo) and read its losses: the way a user does (``run_train.sh``:
+preflight, torchrun, ranks), or its ranks alone, forked from one process that imported the trainer
+once (``tests/rank_server.py``) where the launch is not what a test checks."""
 
 from __future__ import annotations
 
+import atexit
+import json
 import os
 import re
 import subprocess
@@ -51,6 +55,88 @@ def run_train(
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:] + _other_ranks_errors(log_dir, log_rank)
     return out
+
+
+def train(
+    tmp_path: Path, *overrides: str, ngpu: int = 1, steps: int = 10, log_rank: int = 0, folder: str = "out"
+) -> str:
+    """``run_train``'s run without the launcher: the ranks of ``torchtitan_ext.train`` alone (no preflight,
+    no torchrun), each forked from the rank server (``tests/rank_server.py``); rank ``log_rank``'s output.
+    The same ranks, threads and collectives as ``run_train``: the same losses, bit for bit."""
+    codes, logs = train_ranks(tmp_path, *overrides, ngpu=ngpu, steps=steps, folder=folder)
+    out = logs[log_rank]
+    failed = "".join(
+        f"\n--- rank {r} (exit {c}) ---\n" + logs[r][-2000:]
+        for r, c in enumerate(codes)
+        if c and r != log_rank
+    )
+    assert codes[log_rank] == 0 and not failed, f"exit codes {codes}\n" + out[-6000:] + failed
+    return out
+
+
+def train_ranks(
+    tmp_path: Path, *overrides: str, ngpu: int = 1, steps: int = 10, folder: str = "out"
+) -> tuple[list[int], list[str]]:
+    """``train``'s run, whatever its end: every rank's exit code and output."""
+    log_dir = tmp_path / f"{folder}-rank-logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    logs = [log_dir / f"rank{rank}.log" for rank in range(ngpu)]
+    argv = [
+        "--job.config_file",
+        "./train_configs/debug.toml",
+        "--job.dump_folder",
+        str(tmp_path / folder),
+        "--training.steps",
+        str(steps),
+        *SMALL,
+        *overrides,
+    ]
+    env = {"BOOST_CACHE": str(tmp_path.parent / "boost-cache")}
+    codes = _rank_server().run(argv, env, ngpu, logs)
+    return codes, [log.read_text(errors="replace") for log in logs]
+
+
+# The environment the test session started with: the rank server's, whatever a test sets later.
+_SESSION_ENV = dict(os.environ)
+
+
+class _RankServer:
+    """``tests/rank_server.py``, started on first use and kept for the session."""
+
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.rank_server"],
+            cwd=ROOT,
+            env=_SESSION_ENV,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        ready = self.proc.stdout.readline()
+        assert ready == "ready\n", f"the rank server did not start: {ready!r}"
+        atexit.register(self.close)
+
+    def run(self, argv: list[str], env: dict[str, str], ngpu: int, logs: list[Path]) -> list[int]:
+        request = {"argv": argv, "env": env, "ngpu": ngpu, "logs": [str(p) for p in logs], "timeout": 600}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        answer = self.proc.stdout.readline()
+        assert answer, "the rank server ended"
+        return json.loads(answer)
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+_server: _RankServer | None = None
+
+
+def _rank_server() -> _RankServer:
+    global _server
+    if _server is None or _server.proc.poll() is not None:
+        _server = _RankServer()
+    return _server
 
 
 def _other_ranks_errors(log_dir: Path, shown: int) -> str:

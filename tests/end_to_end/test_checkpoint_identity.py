@@ -1,7 +1,7 @@
 """A checkpoint knows what model it holds; one trainer per run folder; one rule for checkpoint folders.
 
-One short 1-process run (module fixture) writes the checkpoints every test here reads; each test
-copies the folder it changes.
+One short 1-process run (the session's ``default_run``, tests/end_to_end/conftest.py) writes the
+checkpoints every test here reads; each test copies the folder it changes.
 """
 
 from __future__ import annotations
@@ -19,26 +19,18 @@ from pathlib import Path
 import pytest
 
 from boost.data.tokenizer_fingerprint import tokenizer_fingerprint
-from tests.trainer import ROOT, SMALL, losses, run_train
+from tests.end_to_end.default_run import DEFAULT_RUN
+from tests.trainer import ROOT, SMALL, losses, train
 from torchtitan_ext.guards.checkpoint_guard import check_model_identity
 
-COMMON = [
-    "--validation.no-enable",
-    "--lr_scheduler.warmup_steps",
-    "2",
-    "--checkpoint.interval",
-    "2",
-    "--checkpoint.keep_latest_k",
-    "3",
-]
+COMMON = DEFAULT_RUN
 
 
-@pytest.fixture(scope="module")
-def trained(tmp_path_factory) -> tuple[Path, dict[int, float]]:
-    """A debug CoLA run of 8 steps, a checkpoint every 2 (keep 3): ``(tmp folder, losses)``; dump folder ``out``."""
-    tmp = tmp_path_factory.mktemp("trained")
-    log = run_train(tmp, *COMMON, steps=8)
-    return tmp, losses(log)
+@pytest.fixture
+def trained(default_run) -> tuple[Path, dict[int, float]]:
+    """The shared default run (10 steps, a checkpoint every 2, 3 kept): ``(tmp folder, losses)``, dump folder
+    ``out``."""
+    return default_run.tmp, default_run.losses
 
 
 def _copy_run(trained_tmp: Path, tmp_path: Path) -> Path:
@@ -91,9 +83,9 @@ def _tokenizer_folder(tmp: Path) -> Path:
 def test_every_checkpoint_records_its_model_and_keep_latest_k_holds(trained):
     tmp, _ = trained
     folder = tmp / "out" / "checkpoint"
-    # saves at 2, 4, 6, 8: the last-step save purges too, so 3 remain, not 4
-    assert sorted(p.name for p in folder.iterdir()) == ["step-4", "step-6", "step-8"]
-    for step in (4, 6, 8):
+    # saves at 2, 4, 6, 8, 10: the last-step save purges too, so 3 remain, not 4
+    assert sorted(p.name for p in folder.iterdir()) == ["step-10", "step-6", "step-8"]
+    for step in (6, 8, 10):
         record = json.loads((folder / f"step-{step}" / "boost_model.json").read_text())
         assert record["step"] == step and record["boost_version"] == metadata.version("boost-lowrank")
         model = record["model"]
@@ -137,7 +129,7 @@ def test_resuming_as_svd_from_a_cola_checkpoint_is_refused_without_a_traceback(t
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
     assert "Traceback" not in out and out.count("BOOST checkpoint error") == 1, out
-    assert f"{folder / 'step-8'} holds another model" in out
+    assert f"{folder / 'step-10'} holds another model" in out
     assert "boost.linear  checkpoint: 'cola'        this job: 'svd'" in out
     assert "--job.dump_folder NEW_FOLDER" in out and "--checkpoint.no-enable" in out
     assert "torch.distributed.run" not in out and not (tmp_path / "out" / "tb").exists()  # no process started
@@ -191,22 +183,22 @@ def test_preflight_names_every_differing_field_and_lets_layout_changes_through(
     )
     missing = _preflight(tmp_path, "--checkpoint.load_step", "7", monkeypatch=monkeypatch)
     assert "checkpoint.load_step = 7: there is no checkpoint step-7" in missing
-    assert "the steps saved there are [4, 6, 8]" in missing
+    assert "the steps saved there are [6, 8, 10]" in missing
     # a copied step folder carries its identity: a fresh run that starts from it is checked too
     seeded = _preflight(
         tmp_path,
         "--checkpoint.initial_load_path",
-        str(tmp_path / "out" / "checkpoint" / "step-8"),
+        str(tmp_path / "out" / "checkpoint" / "step-10"),
         "--boost.linear",
         "lax",
         monkeypatch=monkeypatch,
         dump=tmp_path / "fresh",
     )
-    assert "step-8 holds another model" in seeded and "checkpoint: 'cola'        this job: 'lax'" in seeded
+    assert "step-10 holds another model" in seeded and "checkpoint: 'cola'        this job: 'lax'" in seeded
     # a damaged record is not taken for "no record": refused, naming the file
-    (tmp_path / "out" / "checkpoint" / "step-8" / "boost_model.json").write_text("{truncated")
+    (tmp_path / "out" / "checkpoint" / "step-10" / "boost_model.json").write_text("{truncated")
     damaged = _preflight(tmp_path, monkeypatch=monkeypatch)
-    assert "step-8/boost_model.json is not a BOOST model identity" in damaged and "delete it" in damaged
+    assert "step-10/boost_model.json is not a BOOST model identity" in damaged and "delete it" in damaged
 
 
 @pytest.mark.slow
@@ -224,7 +216,7 @@ def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_war
     vocab[a], vocab[b] = vocab[b], vocab[a]
     (swapped / "tokenizer.json").write_text(json.dumps(spec))
     refused = _preflight(tmp_path, "--model.hf_assets_path", str(swapped), monkeypatch=monkeypatch)
-    assert f"{folder / 'step-8'} holds another model" in refused, refused
+    assert f"{folder / 'step-10'} holds another model" in refused, refused
     assert f"tokenizer (its files)  checkpoint: {tokenizer_fingerprint(_tokenizer_folder(tmp))!r}" in refused
     assert f"this job: {tokenizer_fingerprint(swapped)!r}" in refused
     assert (
@@ -236,7 +228,7 @@ def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_war
     shutil.copytree(_tokenizer_folder(tmp), same)
     assert _preflight(tmp_path, "--model.hf_assets_path", str(same), monkeypatch=monkeypatch) is None
     # A checkpoint written before the fingerprint was recorded: accepted, with a warning naming the field.
-    record_path = folder / "step-8" / "boost_model.json"
+    record_path = folder / "step-10" / "boost_model.json"
     record = json.loads(record_path.read_text())
     del record["model"]["tokenizer"]
     record_path.write_text(json.dumps(record))
@@ -254,9 +246,9 @@ def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_war
         ],
         1,
     )
-    warning = check_model_identity(folder / "step-8", job)
+    warning = check_model_identity(folder / "step-10", job)
     assert warning.startswith(
-        f"{folder / 'step-8'} records no tokenizer (written before BOOST recorded it)"
+        f"{folder / 'step-10'} records no tokenizer (written before BOOST recorded it)"
     ), warning
 
 
@@ -264,17 +256,18 @@ def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_war
 def test_resume_ignores_backups_accepts_old_checkpoints_and_keeps_latest_k(trained, tmp_path):
     tmp, straight = trained
     folder = _copy_run(tmp, tmp_path)
-    shutil.rmtree(folder / "step-8")  # resume from step 6
-    (folder / "step-6" / "boost_model.json").unlink()  # as written before BOOST recorded identities
-    shutil.copytree(folder / "step-4", folder / "keep-step-400")  # a user's backup, with its .metadata
-    log = run_train(tmp_path, *COMMON, steps=10)
-    assert "Training starts at step 7" in log
+    shutil.rmtree(folder / "step-10")  # resume from step 8
+    (folder / "step-8" / "boost_model.json").unlink()  # as written before BOOST recorded identities
+    shutil.copytree(folder / "step-6", folder / "keep-step-400")  # a user's backup, with its .metadata
+    log = train(tmp_path, *COMMON, steps=12)
+    assert "Training starts at step 9" in log
     assert log.count("records no model identity") == 1, log[-3000:]
     resumed = losses(log)
-    assert {s: resumed[s] for s in (7, 8)} == {s: straight[s] for s in (7, 8)}  # 1 process: bit-identical
-    # saves at 8 and 10 (the last): 3 step folders kept; the backup is not a checkpoint, so not purged
-    assert sorted(p.name for p in folder.iterdir()) == ["keep-step-400", "step-10", "step-6", "step-8"]
-    assert (folder / "step-10" / "boost_model.json").is_file()
+    # 1 process: bit-identical (step 9 the loaded model, step 10 after an update with the loaded optimizer)
+    assert {s: resumed[s] for s in (9, 10)} == {s: straight[s] for s in (9, 10)}
+    # saves at 10 and 12 (the last): 3 step folders kept; the backup is not a checkpoint, so not purged
+    assert sorted(p.name for p in folder.iterdir()) == ["keep-step-400", "step-10", "step-12", "step-8"]
+    assert (folder / "step-12" / "boost_model.json").is_file()
 
 
 def _trainer(out: Path, *overrides: str) -> list[str]:

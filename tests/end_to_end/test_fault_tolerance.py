@@ -1,34 +1,34 @@
-"""Kills, corrupt checkpoints and non-finite losses, on real CPU training runs."""
+"""Corrupt checkpoints, tampered checkpoint files and non-finite losses, on real CPU training runs. A run
+killed mid-step (SIGKILL) and resumed: test_lifecycle.py."""
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
-from pathlib import Path
+import re
+import shutil
 
 import pytest
 
-from tests.trainer import ROOT, SMALL, losses, run_train
+from tests.end_to_end.default_run import DEFAULT_RUN, DEFAULT_STEPS
+from tests.trainer import train, train_ranks
 
 COMMON = ["--validation.no-enable", "--lr_scheduler.total_steps", "20", "--lr_scheduler.warmup_steps", "5"]
 
 
 @pytest.mark.slow
-def test_corrupt_checkpoint_is_skipped_and_the_previous_one_used(tmp_path):
-    run_train(tmp_path, *COMMON, "--checkpoint.interval", "10", steps=20)
+def test_corrupt_checkpoint_is_skipped_and_the_previous_one_used(default_run, tmp_path):
+    shutil.copytree(default_run.tmp / "out" / "checkpoint", tmp_path / "out" / "checkpoint")
     ckpt = tmp_path / "out" / "checkpoint"
-    data = sorted((ckpt / "step-20").glob("*.distcp"))
+    last, previous = f"step-{DEFAULT_STEPS}", f"step-{DEFAULT_STEPS - 2}"
+    data = sorted((ckpt / last).glob("*.distcp"))
     assert data
     with open(data[0], "r+b") as f:  # truncate: a kill during the write, a full disk
         f.truncate(os.path.getsize(data[0]) // 2)
-    intact = {p.name: p.stat().st_mtime_ns for p in (ckpt / "step-10").iterdir()}
-    log = run_train(tmp_path, *COMMON, "--checkpoint.interval", "10", steps=20)
-    assert "skipping checkpoint" in log and "step-20" in log and "truncated" in log
-    assert "Training starts at step 11" in log
-    assert {p.name: p.stat().st_mtime_ns for p in (ckpt / "step-10").iterdir()} == intact  # never overwritten
+    intact = {p.name: p.stat().st_mtime_ns for p in (ckpt / previous).iterdir()}
+    log = train(tmp_path, *DEFAULT_RUN, steps=DEFAULT_STEPS)
+    assert "skipping checkpoint" in log and last in log and "truncated" in log
+    assert f"Training starts at step {DEFAULT_STEPS - 1}" in log
+    assert {p.name: p.stat().st_mtime_ns for p in (ckpt / previous).iterdir()} == intact  # never overwritten
 
 
 def test_foreign_pickle_in_metadata_is_refused(tmp_path):
@@ -83,14 +83,8 @@ def test_checkpoint_items_outside_the_weights_only_allowlist_are_refused(tmp_pat
 
 @pytest.mark.slow
 def test_non_finite_loss_stops_with_the_step_and_keeps_good_checkpoints(tmp_path):
-    env = dict(os.environ, NGPU="1", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
-    cmd = [
-        "./run_train.sh",
-        "--job.dump_folder",
-        str(tmp_path / "out"),
-        "--training.steps",
-        "30",
-        *SMALL,
+    codes, logs = train_ranks(
+        tmp_path,
         "--validation.no-enable",
         "--checkpoint.interval",
         "1",
@@ -100,79 +94,12 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_good_checkpoints(tmp_path
         "1",
         "--training.max_norm",
         "1e30",
-        "--boost.no-log-comm",
-    ]  # the guard stands with the comm metrics off too
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    out = proc.stdout + proc.stderr
-    assert proc.returncode != 0
-    import re
-
-    match = re.search(r"non-finite loss/gradients at step (\d+)", out)
-    assert match, out[-4000:]
+        "--boost.no-log-comm",  # the guard stands with the comm metrics off too
+        steps=30,
+    )
+    assert codes[0] != 0, logs[0][-3000:]
+    match = re.search(r"non-finite loss/gradients at step (\d+)", logs[0])
+    assert match, logs[0][-4000:]
     bad_step = int(match.group(1))
     saved = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "out" / "checkpoint").glob("step-*"))
     assert saved and max(saved) == bad_step - 1  # the failed step saved nothing
-
-
-def _descendants(pid: int) -> list[int]:
-    """All processes below ``pid`` (torchrun starts its workers in sessions of their own)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-@pytest.mark.slow
-def test_sigkill_mid_run_at_tp2_resumes_at_one_process_onto_the_same_curve(tmp_path):
-    # bigger steps than the other tests: the kill must land while the run is still going
-    big = ["--training.seq_len", "256", "--training.local_batch_size", "8"]
-    tp = ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1", *big]
-    straight = losses(
-        run_train(tmp_path, *COMMON, *tp, "--checkpoint.no-enable", ngpu=2, steps=20, folder="straight")
-    )
-
-    env = dict(os.environ, NGPU="2", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
-    out = tmp_path / "killed"
-    cmd = [
-        "./run_train.sh",
-        "--job.dump_folder",
-        str(out),
-        "--training.steps",
-        "20",
-        *SMALL,
-        *COMMON,
-        *tp,
-        "--checkpoint.interval",
-        "5",
-    ]
-    proc = subprocess.Popen(
-        cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    deadline = time.time() + 300
-    while not (out / "checkpoint" / "step-5" / ".metadata").exists():
-        assert proc.poll() is None and time.time() < deadline, "run ended before its step-5 checkpoint"
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    for pid in [proc.pid, *_descendants(proc.pid)]:  # the launcher and both ranks, mid-step
-        os.kill(pid, signal.SIGKILL)
-    proc.wait()
-    # resumed at 1 process: DCP reshards the tp=2 checkpoint (same data-parallel degree, same samples)
-    log = run_train(tmp_path, *COMMON, *big, "--checkpoint.interval", "5", ngpu=1, steps=20, folder="killed")
-    resumed = losses(log)
-    assert resumed, log[-3000:]
-    first = min(resumed)
-    assert "Training starts at step" in log and 6 <= first < 20
-    # TP=2 and 1 process agree to f32 rounding (the all-reduces sum in another order), not to the bit
-    assert resumed.keys() == {s for s in straight if s >= first}
-    for step, loss in resumed.items():
-        assert abs(loss - straight[step]) <= 1e-5 * straight[step], (step, loss, straight[step])

@@ -1,5 +1,9 @@
 """The feature matrix (tests/feature_matrix.py) through the real trainer: every supported row trains
-and matches its reference run step for step; every refused row is refused by the preflight."""
+and matches its reference run step for step; every refused row is refused by the preflight.
+
+The ranks run without the launcher (``tests/trainer.py``'s ``train``): what a row checks is the
+trainer's; ``run_train.sh`` itself is tested in test_train.py, test_lifecycle.py and the preflight's tests.
+"""
 
 from __future__ import annotations
 
@@ -9,9 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.feature_matrix import LAYOUTS, MODELS, REFERENCES, REFUSED, SUPPORTED, Row
-from tests.trainer import ROOT, losses, run_train
+from tests.trainer import ROOT, losses, train
 
-STEPS = 6
+# 4 steps, 3 updates: step 1 checks the forward at the common initial model, step 2 the first
+# gradient and AdamW update (a wrong gradient shows there), steps 3-4 the optimizer state carried on.
+STEPS = 4
 COMMON = [
     "--checkpoint.no-enable",
     "--validation.no-enable",
@@ -27,6 +33,19 @@ RTOL = 2e-5
 # relative rounding per value); the mean loss averages those errors away to well below that, and a
 # wrong gradient still moves it by far more (≥1e-2).
 BF16_RTOL = 2e-3
+# The README's workflow 3 (compile and profile, BTP at TP=2) rides on this row: the profiler and the
+# memory snapshot watch the run and change none of its numbers.
+PROFILED_ROW = "btp-compiled-ac_lowrank-tp"
+PROFILING = [
+    "--profiling.enable_profiling",
+    "--profiling.profile_freq",
+    "4",
+    "--profiling.profiler_warmup",
+    "1",
+    "--profiling.profiler_active",
+    "1",
+    "--profiling.enable_memory_snapshot",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +58,15 @@ def reference_losses(tmp_path_factory):
             ngpu, layout = REFERENCES[reference]
             folder = tmp_path_factory.mktemp(f"ref-{scheme}-{reference}")
             cache[scheme, reference] = losses(
-                run_train(folder, *COMMON, *MODELS[scheme], *layout, ngpu=ngpu, steps=STEPS)
+                train(folder, *COMMON, *MODELS[scheme], *layout, ngpu=ngpu, steps=STEPS)
             )
         return cache[scheme, reference]
 
     return get
+
+
+def test_the_profiled_row_is_supported():
+    assert PROFILED_ROW in {row.name for row in SUPPORTED}
 
 
 @pytest.mark.slow
@@ -51,10 +74,11 @@ def reference_losses(tmp_path_factory):
 def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_path: Path):
     ngpu = LAYOUTS[row.layout][0]
     # the loss lives on the last pipeline stage: ranks 2 and 3 of pp=2 × tp=2
-    log = run_train(
+    log = train(
         tmp_path,
         *COMMON,
         *row.overrides(),
+        *(PROFILING if row.name == PROFILED_ROW else []),
         ngpu=ngpu,
         steps=STEPS,
         log_rank=2 if row.layout == "pp×tp" else 0,
@@ -83,6 +107,12 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_pat
         assert abs(got[step] - want[step]) <= rtol * abs(want[step]), (
             f"step {step}: {got[step]} vs {want[step]}"
         )
+    if row.name == PROFILED_ROW:
+        traces = list((tmp_path / "out" / "profile_traces" / "iteration_4").glob("rank*_trace.json"))
+        assert {t.name for t in traces} == {"rank0_trace.json", "rank1_trace.json"}
+        assert (
+            tmp_path / "out" / "memory_snapshot" / "iteration_4" / "rank0_memory_snapshot.pickle"
+        ).is_file()
     if row.precision != "float32":
         # it really computed in bf16: farther from the fp32 curve than fp32 layouts ever are
         assert any(abs(got[s] - want[s]) > RTOL * abs(want[s]) for s in want), (got, want)

@@ -1,4 +1,8 @@
-"""A run's life on a cluster, on real CPU runs: the launcher killed, SIGTERM/SIGINT stops, resume."""
+"""A run's life on a cluster, on real CPU runs: the launcher killed, SIGTERM/SIGINT stops, resume.
+
+The signalled runs go through ``run_train.sh`` (its launcher is what is signalled); the runs they are
+compared with, and the restarts, are the trainer's ranks alone (``tests/trainer.py``'s ``train``).
+"""
 
 from __future__ import annotations
 
@@ -11,13 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.end_to_end.test_fault_tolerance import COMMON, _descendants
-from tests.trainer import ROOT, SMALL, losses, run_train
+from tests.end_to_end.test_fault_tolerance import COMMON
+from tests.trainer import ROOT, SMALL, losses, train
 
 STEPS = 24
+# the killed run's: killed after its step-3 checkpoint, it has 9 bigger steps to go (seconds)
+KILLED_STEPS = 12
 
 
-def _start(tmp_path: Path, folder: str, *overrides: str) -> tuple[subprocess.Popen, Path]:
+def _start(tmp_path: Path, folder: str, *overrides: str, steps: int = STEPS) -> tuple[subprocess.Popen, Path]:
     """``run_train.sh`` at NGPU=2 in a session of its own (a terminal's job); console to a file."""
     env = dict(os.environ, NGPU="2", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
     console = tmp_path / f"{folder}.console"
@@ -26,7 +32,7 @@ def _start(tmp_path: Path, folder: str, *overrides: str) -> tuple[subprocess.Pop
         "--job.dump_folder",
         str(tmp_path / folder),
         "--training.steps",
-        str(STEPS),
+        str(steps),
         *SMALL,
         *COMMON,
         *overrides,
@@ -36,6 +42,24 @@ def _start(tmp_path: Path, folder: str, *overrides: str) -> tuple[subprocess.Pop
             cmd, cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True
         )
     return proc, console
+
+
+def _descendants(pid: int) -> list[int]:
+    """All processes below ``pid`` (torchrun starts its workers in sessions of their own)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
 
 
 def _complete(folder: Path) -> set[int]:
@@ -68,21 +92,50 @@ def _gone_within(pids: list[int], seconds: float) -> float:
 
 
 @pytest.mark.slow
-def test_ranks_end_when_the_launcher_is_killed(tmp_path):
-    proc, console = _start(tmp_path, "out", "--checkpoint.interval", "1")
-    _wait_for_step(proc, tmp_path / "out", 2)
+def test_sigkill_to_the_launcher_ends_its_ranks_and_the_run_resumes_at_one_process_on_the_same_curve(
+    tmp_path,
+):
+    # tp=2, bigger steps than the other tests (the kill must land while the run is still going), a
+    # checkpoint every step (one may be in flight at the kill)
+    big = ["--training.seq_len", "256", "--training.local_batch_size", "8"]
+    tp = ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1", *big]
+    proc, console = _start(tmp_path, "killed", *tp, "--checkpoint.interval", "1", steps=KILLED_STEPS)
+    _wait_for_step(proc, tmp_path / "killed", 3)
     ranks = _descendants(proc.pid)
-    assert len(ranks) >= 2
+    assert len(ranks) >= 2 and proc.poll() is None, "the run finished before it could be killed"
     os.kill(proc.pid, signal.SIGKILL)  # the launcher alone: the ranks are in sessions of their own
     proc.wait()
-    at_kill = _complete(tmp_path / "out")
+    at_kill = _complete(tmp_path / "killed")
     _gone_within(ranks, 5)
     time.sleep(1)
     # at most the save in flight at the kill completes (none does: SIGKILL lands mid-step)
-    assert _complete(tmp_path / "out") <= at_kill | {max(at_kill) + 1}, console.read_text()[-3000:]
+    assert _complete(tmp_path / "killed") <= at_kill | {max(at_kill) + 1}, console.read_text()[-3000:]
+
+    # resumed at 1 process: DCP reshards the tp=2 checkpoint (same data-parallel degree, same samples)
+    straight = losses(
+        train(tmp_path, *COMMON, *tp, "--checkpoint.no-enable", ngpu=2, steps=KILLED_STEPS, folder="straight")
+    )
+    log = train(
+        tmp_path, *COMMON, *big, "--checkpoint.interval", "1", ngpu=1, steps=KILLED_STEPS, folder="killed"
+    )
+    resumed = losses(log)
+    assert resumed, log[-3000:]
+    first = min(resumed)
+    assert "Training starts at step" in log and 4 <= first < KILLED_STEPS
+    # TP=2 and 1 process agree to f32 rounding (the all-reduces sum in another order), not to the bit
+    assert resumed.keys() == {s for s in straight if s >= first}
+    for step, loss in resumed.items():
+        assert abs(loss - straight[step]) <= 1e-5 * straight[step], (step, loss, straight[step])
 
 
-def _stopped_then_resumed(tmp_path, send, check_every: int = 2) -> tuple[int, str, int]:
+@pytest.fixture(scope="module")
+def straight(tmp_path_factory) -> dict[int, float]:
+    """The uninterrupted run the stopped runs resume onto (same layout, seed and data): its losses."""
+    tmp = tmp_path_factory.mktemp("straight")
+    return losses(train(tmp, *COMMON, "--checkpoint.no-enable", ngpu=2, steps=STEPS, folder="straight"))
+
+
+def _stopped_then_resumed(tmp_path, straight, send, check_every: int = 2) -> tuple[int, str, int]:
     """Signal a run after its step-3 checkpoint with ``send(launcher_pid, rank_pids)``; return its exit code,
     console, and the step it stopped at, and check that the restart lands on the uninterrupted curve."""
     # interval 3, agreement every 2 steps: the stop's checkpoint is one the interval would not write
@@ -98,10 +151,7 @@ def _stopped_then_resumed(tmp_path, send, check_every: int = 2) -> tuple[int, st
     assert 3 < stopped < STEPS and stopped % check_every == 0 and stopped % 3, text[-3000:]
     assert took < 30, took
 
-    straight = losses(
-        run_train(tmp_path, *COMMON, "--checkpoint.no-enable", ngpu=2, steps=STEPS, folder="straight")
-    )
-    resumed = losses(run_train(tmp_path, *COMMON, *opts, ngpu=2, steps=STEPS, folder="stopped"))
+    resumed = losses(train(tmp_path, *COMMON, *opts, ngpu=2, steps=STEPS, folder="stopped"))
     assert min(resumed) == stopped + 1
     # same layout, same seed, same data position: the resumed steps are the uninterrupted ones
     for step, loss in resumed.items():
@@ -110,12 +160,12 @@ def _stopped_then_resumed(tmp_path, send, check_every: int = 2) -> tuple[int, st
 
 
 @pytest.mark.slow
-def test_sigterm_to_every_process_saves_and_resumes_on_the_same_curve(tmp_path):
+def test_sigterm_to_every_process_saves_and_resumes_on_the_same_curve(tmp_path, straight):
     def slurm(launcher, ranks):  # Slurm signals every process of the job, launcher and ranks alike
         for pid in [launcher, *ranks]:
             os.kill(pid, signal.SIGTERM)
 
-    rc, text, stopped = _stopped_then_resumed(tmp_path, slurm)
+    rc, text, stopped = _stopped_then_resumed(tmp_path, straight, slurm)
     assert rc == 128 + signal.SIGTERM, text[-3000:]
     assert f"BOOST: stopped by SIGTERM after step {stopped}: checkpoint" in text
     assert "Traceback" not in text and "SignalException" not in text, text[-3000:]
@@ -123,9 +173,9 @@ def test_sigterm_to_every_process_saves_and_resumes_on_the_same_curve(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_stops_cleanly_and_a_second_one_at_once(tmp_path):
+def test_ctrl_c_stops_cleanly_and_a_second_one_at_once(tmp_path, straight):
     rc, text, stopped = _stopped_then_resumed(
-        tmp_path, lambda launcher, ranks: os.killpg(launcher, signal.SIGINT)
+        tmp_path, straight, lambda launcher, ranks: os.killpg(launcher, signal.SIGINT)
     )
     assert rc == 128 + signal.SIGINT
     assert f"BOOST: stopped by SIGINT after step {stopped}: checkpoint" in text

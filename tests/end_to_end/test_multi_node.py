@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.trainer import losses, run_train
+from tests.trainer import losses, train
 
 ROOT = Path(__file__).resolve().parents[2]
 # tp=2 over a node's 2 processes (torchtitan's mesh puts TP innermost: ranks 2k, 2k+1), FSDP over the nodes
@@ -80,6 +80,6 @@ def test_two_torchrun_nodes_match_one_launcher(tmp_path):
     multi = [losses(log) for log in logs]
     multi_node = max(multi, key=len)
 
-    single = losses(run_train(tmp_path, *LAYOUT, ngpu=4, steps=STEPS, folder="single"))
+    single = losses(train(tmp_path, *LAYOUT, ngpu=4, steps=STEPS, folder="single"))  # one launcher's ranks
     assert len(single) == STEPS
     assert multi_node == single, (multi_node, single)  # same ranks, same collectives: bit-identical

@@ -1,33 +1,24 @@
-"""Real torchtitan training steps through ``run_train.sh`` on CPU (gloo): the default job, resume, compile and
-profile. Every scheme × layout × compile × AC combination: tests/end_to_end/test_feature_matrix.py."""
+"""Real torchtitan training steps on CPU (gloo): the default job through ``run_train.sh`` (the session's
+``default_run``), and its checkpoint resumed at other layouts. Every scheme × layout × compile × AC
+combination, and compiling with profiling on: tests/end_to_end/test_feature_matrix.py."""
 
 from __future__ import annotations
 
-import re
 import shutil
 
 import pytest
 
-from tests.trainer import losses, run_train
+from tests.end_to_end.default_run import DEFAULT_RUN, DEFAULT_STEPS
+from tests.trainer import losses, train
 
 
 @pytest.mark.slow
-def test_default_job_trains_writes_and_resumes_onto_the_same_curve(tmp_path):
-    # one schedule for the 20-step run and the 10-step run resumed to 20 (else the cosine differs)
-    common = [
-        "--validation.no-enable",
-        "--lr_scheduler.total_steps",
-        "20",
-        "--lr_scheduler.warmup_steps",
-        "5",
-        "--checkpoint.interval",
-        "10",
-    ]
-    log = run_train(tmp_path, *common, steps=20, folder="straight")
-    straight = losses(log)
-    assert straight[20] < straight[1] - 1.0, straight  # loss falls clearly
-    assert (tmp_path / "straight" / "checkpoint" / "step-20").is_dir()
-    events = list((tmp_path / "straight" / "tb").rglob("events.out.tfevents.*"))
+def test_default_job_trains_and_writes_checkpoints_and_tensorboard(default_run):
+    # (that a second start resumes onto the same curve: test_checkpoint_identity.py's resume test)
+    straight = default_run.losses
+    assert straight[DEFAULT_STEPS] < straight[1] - 1.0, straight  # loss falls clearly
+    assert (default_run.tmp / "out" / "checkpoint" / f"step-{DEFAULT_STEPS}").is_dir()
+    events = list((default_run.tmp / "out" / "tb").rglob("events.out.tfevents.*"))
     assert events, "no tensorboard event file"
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -37,13 +28,6 @@ def test_default_job_trains_writes_and_resumes_onto_the_same_curve(tmp_path):
     tags = set(acc.Tags()["scalars"])
     assert {"loss_metrics/global_avg_loss", "throughput(tps)", "mfu(%)"} <= tags, tags
 
-    # a second start resumes from the checkpoint instead of starting over, onto the same curve
-    # (world size 1 here; tp=2 resumed at one process is test_fault_tolerance's SIGKILL test)
-    run_train(tmp_path, *common, steps=10, folder="resumed")
-    second = run_train(tmp_path, *common, steps=20, folder="resumed")
-    assert "Training starts at step 11" in second
-    assert losses(second) == {s: v for s, v in straight.items() if s > 10}  # bit-identical on CPU
-
 
 def _close(a: dict[int, float], b: dict[int, float], rtol: float) -> None:
     assert a.keys() == b.keys() and a, (a, b)
@@ -52,67 +36,39 @@ def _close(a: dict[int, float], b: dict[int, float], rtol: float) -> None:
 
 
 @pytest.mark.slow
-def test_one_process_checkpoint_resumes_as_fsdp_and_fsdp_times_tp_on_one_curve(tmp_path):
+def test_one_process_checkpoint_resumes_as_fsdp_and_fsdp_times_tp_on_one_curve(default_run, tmp_path):
     # 1 process -> fsdp=2 and -> fsdp=2 x tp=2: DCP reshards model and optimizer; the data position
     # cannot follow a new data-parallel degree, so both restart their data shards (and warn). Both
     # then have DP degree 2 and see the same samples: their curves must agree to f32 rounding.
-    common = ["--validation.no-enable", "--lr_scheduler.warmup_steps", "5", "--checkpoint.interval", "100"]
-    one = losses(run_train(tmp_path, *common, steps=6, folder="one"))
+    one = default_run.losses
     for folder in ("a", "b"):
-        shutil.copytree(tmp_path / "one" / "checkpoint", tmp_path / folder / "checkpoint")
-    fsdp_log = run_train(
-        tmp_path, *common, "--parallelism.data_parallel_shard_degree", "2", ngpu=2, steps=9, folder="a"
-    )
-    fsdp_tp = run_train(
+        shutil.copytree(default_run.tmp / "out" / "checkpoint", tmp_path / folder / "checkpoint")
+    fsdp_log = train(
         tmp_path,
-        *common,
+        *DEFAULT_RUN,
+        "--parallelism.data_parallel_shard_degree",
+        "2",
+        ngpu=2,
+        steps=DEFAULT_STEPS + 3,
+        folder="a",
+    )
+    fsdp_tp = train(
+        tmp_path,
+        *DEFAULT_RUN,
         "--parallelism.data_parallel_shard_degree",
         "2",
         "--parallelism.tensor_parallel_degree",
         "2",
         ngpu=4,
-        steps=9,
+        steps=DEFAULT_STEPS + 3,
         folder="b",
     )
     assert "Applied FSDP to the model" in fsdp_tp and "Applied btp tensor parallelism" in fsdp_tp
     for log in (fsdp_log, fsdp_tp):
         assert (
-            "Training starts at step 7" in log
+            f"Training starts at step {DEFAULT_STEPS + 1}" in log
             and "data-parallel degree changed from 1 (checkpoint) to 2" in log
         )
     fsdp = losses(fsdp_log)
     _close(losses(fsdp_tp), fsdp, 1e-5)
-    assert fsdp[7] < one[1] - 0.5, (one, fsdp)  # the trained weights, not a fresh model
-
-
-@pytest.mark.slow
-def test_compile_and_profile_workflow_writes_traces(tmp_path):
-    # the README's workflow 3, at TP=2 with BTP; aot_eager keeps the compile cheap on CPU
-    log = run_train(
-        tmp_path,
-        "--checkpoint.no-enable",
-        "--validation.no-enable",
-        "--compile.enable",
-        "--compile.backend",
-        "aot_eager",
-        "--profiling.enable_profiling",
-        "--profiling.profile_freq",
-        "4",
-        "--profiling.profiler_warmup",
-        "1",
-        "--profiling.profiler_active",
-        "1",
-        "--profiling.enable_memory_snapshot",
-        "--parallelism.tensor_parallel_degree",
-        "2",
-        "--parallelism.data_parallel_shard_degree",
-        "1",
-        ngpu=2,
-        steps=4,
-    )
-    assert "Compiling each TransformerBlock with torch.compile" in log
-    # step 1 is counted eagerly, the compiled steps after it report the same numbers
-    assert re.search(r"comm/step: .*all_reduce \d+×", log), log[-3000:]
-    traces = list((tmp_path / "out" / "profile_traces" / "iteration_4").glob("rank*_trace.json"))
-    assert {t.name for t in traces} == {"rank0_trace.json", "rank1_trace.json"}
-    assert (tmp_path / "out" / "memory_snapshot" / "iteration_4" / "rank0_memory_snapshot.pickle").is_file()
+    assert fsdp[DEFAULT_STEPS + 1] < one[1] - 0.5, (one, fsdp)  # the trained weights, not a fresh model

@@ -270,27 +270,32 @@ def _nccl_rules_body(rank: int, ws: int) -> None:
     assert c.host_syncs == 2
 
 
+@pytest.mark.slow
 def test_nccl_rules_hold_on_gloo_with_a_negative_control():
     run_distributed(_nccl_rules_body, 2)
 
 
+@pytest.mark.slow
 def test_plain_c10d_and_functional_collectives():
     run_distributed(_c10d_body, 2)
 
 
+@pytest.mark.slow
 def test_autograd_function_forward_backward_and_scope():
     run_distributed(_autograd_and_scope_body, 2)
 
 
+@pytest.mark.slow
 def test_dtensor_redistributes():
     run_distributed(_dtensor_body, 2)
 
 
+@pytest.mark.slow
 def test_fsdp2_all_gather_and_reduce_scatter():
     run_distributed(_fsdp_body, 2)
 
 
-@pytest.mark.slow  # four processes on two cores: ~15 s
+@pytest.mark.slow
 def test_subgroup_sizes_world_size_4():
     run_distributed(_subgroups_body, 4)
 

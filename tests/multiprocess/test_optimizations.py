@@ -169,8 +169,10 @@ def _ac_body(rank: int, world_size: int) -> None:
 
 @pytest.mark.slow
 def test_lowrank_checkpointing_keeps_collectives_and_gradients_and_saves_memory():
-    os.environ["MALLOC_MMAP_THRESHOLD_"] = "65536"  # inherited by the spawned ranks (see boost.memory)
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = (
+        "65536"  # read by glibc as a spawned rank starts (see boost.memory)
+    )
     try:
-        run_distributed(_ac_body, 2)
+        run_distributed(_ac_body, 2, start_method="spawn")
     finally:
         del os.environ["MALLOC_MMAP_THRESHOLD_"]

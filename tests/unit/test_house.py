@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
@@ -87,6 +89,7 @@ def test_the_scanner_sees_function_level_imports(tmp_path):
     assert imported_modules(sample) == [(1, "torch"), (4, "torchtitan_ext.data")]
 
 
+@pytest.mark.slow
 def test_importing_the_whole_library_loads_no_torchtitan():
     modules = sorted(
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")

@@ -196,6 +196,7 @@ def test_svd_densifies_to_a_llama_checkpoint(hf, tmp_path, tokens):
         densify(load_hf(path, "cola"))
 
 
+@pytest.mark.slow
 def test_cli_import_and_export(hf, tmp_path, tokens, capsys):
     # Two subprocesses only: each pays torchtitan's import (~5-8 s); the error path runs in-process.
     model, path = hf

@@ -506,6 +506,7 @@ def test_every_shipped_config_is_valid_for_every_linear_kind():
                 assert " ".join(overrides) in cfg.read_text(), (cfg.name, overrides)
 
 
+@pytest.mark.slow
 def test_run_train_refuses_before_starting_any_process(tmp_path):
     env = dict(os.environ, PYTHON=sys.executable, NGPU="2")
     proc = subprocess.run(
@@ -535,6 +536,7 @@ def test_run_train_refuses_before_starting_any_process(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_run_train_uses_or_refuses_a_config_file_given_as_an_argument(tmp_path):
     """``--job.config_file X`` (torchtitan's CLI form) is the config run_train.sh runs, never ignored for the
     default."""
