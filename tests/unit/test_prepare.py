@@ -171,6 +171,7 @@ def test_validation_split_is_disjoint_and_decided_by_the_text(prepared, corpus, 
 # ----------------------------------------------------------------------------- resume
 
 
+@pytest.mark.slow
 def test_ctrl_c_says_one_line_and_a_rerun_finishes_the_same_bytes(tmp_path, tokenizer_folder):
     texts = stdlib_documents(60)
     corpus = tmp_path / "corpus"
