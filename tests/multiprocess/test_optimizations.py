@@ -60,11 +60,15 @@ def _norm_body(rank: int, world_size: int) -> None:
     dense = F.rms_norm(x, (d,), gamma, EPS) @ w.t()
     torch.testing.assert_close(online(x, gamma, w), dense, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(sync(x, gamma, w), dense, rtol=1e-12, atol=1e-12)
-    assert torch.autograd.gradcheck(online, (x, gamma, w))
-    assert torch.autograd.gradcheck(sync, (x, gamma, w))
+    # every Jacobian entry at 2 ranks; at 4, gradcheck's fast mode (a random projection of the Jacobian,
+    # as PyTorch's own OpInfo tests): the full check costs 2 collectives per input element, 4 ranks on
+    # 2 cores make each one slow (31 s), and a wrong term still moves the projection
+    fast = world_size > 2
+    assert torch.autograd.gradcheck(online, (x, gamma, w), fast_mode=fast)
+    assert torch.autograd.gradcheck(sync, (x, gamma, w), fast_mode=fast)
     # negative control: a perturbed backward must fail the same check
     assert not torch.autograd.gradcheck(
-        lambda *a: online(*a, fn=_PerturbedBackward), (x, gamma, w), raise_exception=False
+        lambda *a: online(*a, fn=_PerturbedBackward), (x, gamma, w), raise_exception=False, fast_mode=fast
     )
 
     # one forward collective for online (statistic in the same all-reduce), none in backward
