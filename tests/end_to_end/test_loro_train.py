@@ -1,5 +1,6 @@
-"""LORO through the trainer (``run_train.sh``): ``optimizer.name = "LORO"`` with the ``cosine_restart``
-schedule on the svd kind, its state in the DCP checkpoint, a resume across exact steps onto another layout.
+"""LORO through the trainer (``run_train.sh``; the resume's ranks alone, ``tests/trainer.py``'s ``train``):
+``optimizer.name = "LORO"`` with the ``cosine_restart`` schedule on the svd kind, its state in the DCP
+checkpoint, a resume across exact steps onto another layout.
 
 Two runs. The first trains under BTP at TP 2 for 6 steps (exact steps 3 and 6, each followed by a
 refresh of every Adam moment; a checkpoint at step 2). The second starts from that checkpoint at one
@@ -17,7 +18,7 @@ import shutil
 
 import pytest
 
-from tests.trainer import losses, run_train
+from tests.trainer import losses, run_train, train
 
 LORO = [
     "--boost.linear",
@@ -69,7 +70,7 @@ def test_loro_resumes_across_exact_steps_from_tp2_at_one_process(tmp_path):
     assert sorted(straight) == list(range(1, 7)) and straight[6] < straight[1], straight
 
     _resume_from(tmp_path, 2, "resharded")
-    resharded_log = run_train(tmp_path, *LORO, ngpu=1, steps=6, folder="resharded")
+    resharded_log = train(tmp_path, *LORO, ngpu=1, steps=6, folder="resharded")
     assert "Training starts at step 3" in resharded_log
     resharded = losses(resharded_log)
     assert resharded.keys() == {3, 4, 5, 6}, resharded

@@ -28,7 +28,7 @@ import pytest
 from boost.checkpoint_folder import read_bytes_item
 from boost.data.stdlib_corpus import stdlib_texts
 from boost.data.token_folder import read_manifest
-from tests.trainer import ROOT, losses, run_train
+from tests.trainer import ROOT, losses, run_train, train
 from torchtitan_ext.data.token_checks import saved_token_position
 
 VOCAB = 2048  # debug.toml's offline tokenizer
@@ -78,7 +78,8 @@ def test_tokens_run_resumed_at_two_ranks_continues_the_global_order(tmp_path):
     shutil.copytree(
         tmp_path / "whole" / "checkpoint" / "step-2", tmp_path / "resumed" / "checkpoint" / "step-2"
     )
-    resumed = run_train(tmp_path, *common, *two_ranks, ngpu=2, steps=4, folder="resumed")
+    # the resume's ranks alone (no launcher): what it checks is the ranks' reading of the folder
+    resumed = train(tmp_path, *common, *two_ranks, ngpu=2, steps=4, folder="resumed")
     assert "the data-parallel degree changed from 1 (checkpoint) to 2" in resumed
     assert (
         "tokens: the global order resumes at sample 8 (saved at data-parallel degree 1, read now at 2)"
