@@ -1,5 +1,7 @@
 # torchtitan_ext installs its CPU adaptation on import: before any test module imports torchtitan.
 import torchtitan_ext  # noqa: F401,I001
+import os
+
 import torch
 
 # One intra-op thread in the pytest process: its tests compute on tiny tensors, where a second
@@ -7,3 +9,10 @@ import torch
 # core is busy (a 2-core machine; test_generate.py's sampling: 0.45 s on one thread, 8.9 s on two
 # beside other work). Processes the tests start choose their own (run_train.sh's share, a gloo rank 1).
 torch.set_num_threads(1)
+
+# Under pytest-xdist (pyproject.toml's -n auto) the workers share the cores: the processes a test
+# starts take their worker's share (run_train.sh and tests/rank_server.py honour OMP_NUM_THREADS),
+# not all of them each; OpenMP threads past the cores spin against each other.
+_workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _workers > 1 and "OMP_NUM_THREADS" not in os.environ:
+    os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _workers))
