@@ -4,12 +4,16 @@ and the checkpoint it would resume from — before any process group, data or mo
 ``run_train.sh`` runs ``torchrun ... -m torchtitan_ext.train --job.config_file X.toml``.
 """
 
+import logging
 import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import torch.distributed as dist
+import torchtitan.train as titan_train
 from torchtitan.tools.logging import logger
 from torchtitan.train import Trainer, main
 
@@ -106,12 +110,43 @@ class BoostTrainer(Trainer):
             print(f"BOOST: stopped by {name} after step {self.step}: {said}", file=sys.stderr, flush=True)
 
     def train(self) -> None:
-        super().train()
-        # Ranks leave together: torchtitan's rank 0 sleeps after the last step while the others go
-        # straight on to destroy_process_group, and gloo aborts (SIGABRT) on an uneven teardown.
+        with _without_final_sleep():
+            super().train()
+        # Ranks leave together: torchtitan's rank 0 would sleep 2 s after the last step for the others to
+        # finish, and gloo aborts (SIGABRT) on an uneven teardown; this barrier waits exactly as long.
         # Only after a normal finish: a rank that raised must not wait here for peers that may be gone.
         if dist.is_initialized():
             dist.barrier()
+
+
+class _TimeWithoutSleep:
+    """The ``time`` module as ``torchtitan.train`` sees it during ``Trainer.train``, less ``sleep``: its
+    one sleep is rank 0's 2 s after the last step, which the barrier after it replaces."""
+
+    def __getattr__(self, name: str):
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        pass
+
+
+class _DropSleepLine(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Sleeping 2 seconds for other ranks")
+
+
+@contextmanager
+def _without_final_sleep() -> Iterator[None]:
+    """``Trainer.train`` without its final 2-second sleep, and without the log line announcing it."""
+    drop = _DropSleepLine()
+    titan_train.time, previous = _TimeWithoutSleep(), titan_train.time
+    logger.addFilter(drop)
+    try:
+        yield
+    finally:
+        titan_train.time = previous
+        logger.removeFilter(drop)
 
 
 if __name__ == "__main__":

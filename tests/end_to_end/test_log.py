@@ -1,4 +1,5 @@
-"""A run's log says one thing: what computes, no hardware errors that are not, and where start-up went.
+"""A run's log says one thing: what computes, no hardware errors that are not, where start-up went, and
+how it ends.
 
 One short run through ``run_train.sh`` serves every assertion: NGPU=2 on CPU (gloo), TP 2 with no data
 parallelism, bf16 — the layout where torchtitan alone trains fp32 and says mixed precision is off,
@@ -52,3 +53,5 @@ def test_a_tp_bf16_cpu_run_logs_what_computes_and_its_start_up(tmp_path):
         assert abs(sum(seconds.values()) - total) <= 0.05 * len(PHASES) + 1e-6
         assert seconds["compile"] == 0 and seconds["checkpoint load"] == 0  # eager, no checkpoint
     assert log.index("step:  1") < log.index("BOOST start-up:")
+    # the end: a barrier, not torchtitan's 2-second sleep on rank 0 (nor its line announcing one)
+    assert "Training completed" in log and "Sleeping 2 seconds" not in log
