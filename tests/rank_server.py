@@ -32,6 +32,7 @@ from torchtitan.config import ConfigManager
 
 from boost.data.stdlib_corpus import stdlib_files
 from boost.process_exit import exit_finished_process
+from torchtitan_ext.startup_clock import STARTUP
 from torchtitan_ext.train import BoostTrainer, main
 from torchtitan_ext.train_spec import register_boost_train_spec
 
@@ -51,6 +52,10 @@ def _rank(argv: list[str], env: dict[str, str], log: str, threads: int) -> None:
         os.dup2(fd, 2)
         os.close(fd)
         os.environ.update(env)
+        # the start-up line's clock (one per process, made at the server's import): from this fork,
+        # whose kernel start time is now, with nothing left to import
+        STARTUP.__init__()
+        STARTUP.mark("imports")
         torch.set_num_threads(threads)
         sys.argv = ["torchtitan_ext.train", *argv]
         # torchtitan reads the command line through a default bound at its import (sys.argv[1:] then)
