@@ -111,17 +111,19 @@ def test_sigkill_to_the_launcher_ends_its_ranks_and_the_run_resumes_at_one_proce
     # at most the save in flight at the kill completes (none does: SIGKILL lands mid-step)
     assert _complete(tmp_path / "killed") <= at_kill | {max(at_kill) + 1}, console.read_text()[-3000:]
 
-    # resumed at 1 process: DCP reshards the tp=2 checkpoint (same data-parallel degree, same samples)
+    # resumed at 1 process: DCP reshards the tp=2 checkpoint (same data-parallel degree, same samples),
+    # 3 steps on, against an uninterrupted tp=2 run to the same step (COMMON fixes the LR schedule's
+    # length, so a run's --training.steps does not change it)
+    first = max(_complete(tmp_path / "killed")) + 1
+    assert 4 <= first < KILLED_STEPS
+    end = first + 2
     straight = losses(
-        train(tmp_path, *COMMON, *tp, "--checkpoint.no-enable", ngpu=2, steps=KILLED_STEPS, folder="straight")
+        train(tmp_path, *COMMON, *tp, "--checkpoint.no-enable", ngpu=2, steps=end, folder="straight")
     )
-    log = train(
-        tmp_path, *COMMON, *big, "--checkpoint.interval", "1", ngpu=1, steps=KILLED_STEPS, folder="killed"
-    )
+    log = train(tmp_path, *COMMON, *big, "--checkpoint.interval", "1", ngpu=1, steps=end, folder="killed")
     resumed = losses(log)
     assert resumed, log[-3000:]
-    first = min(resumed)
-    assert "Training starts at step" in log and 4 <= first < KILLED_STEPS
+    assert f"Training starts at step {first}" in log and min(resumed) == first
     # TP=2 and 1 process agree to f32 rounding (the all-reduces sum in another order), not to the bit
     assert resumed.keys() == {s for s in straight if s >= first}
     for step, loss in resumed.items():
