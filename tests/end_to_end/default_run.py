@@ -3,14 +3,12 @@ session fixture ``default_run``, made available to tests/end_to_end/ by its conf
 
 from __future__ import annotations
 
-import fcntl
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from tests.suite_once import once_per_suite
 from tests.trainer import losses, run_train
 
 # A 1-process run of the default job (CoLA, BTP, debug model) through run_train.sh, as a user starts
@@ -41,20 +39,10 @@ class TrainedRun:
 
 @pytest.fixture(scope="session")
 def default_run(tmp_path_factory) -> TrainedRun:
-    """The default job trained for 10 steps: checkpoints step-6, step-8, step-10 and its tensorboard.
-    Tests copy what they change (``shutil.copytree``) and never write into it.
-
-    Under pytest-xdist every worker is a session of its own: the first worker to ask trains the run
-    in the folder all workers share, the others wait on its lock and read it (trained once a suite)."""
-    base = tmp_path_factory.getbasetemp()
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        base = base.parent  # the workers' common folder
-    tmp, done = base / "default-run", base / "default-run" / "log.txt"
-    with open(base / "default-run.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not done.exists():  # a worker whose run failed wrote none: the next one starts it afresh
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir()
-            done.write_text(run_train(tmp, *DEFAULT_RUN, steps=DEFAULT_STEPS))
-    log = done.read_text()
+    """The default job trained for 10 steps: checkpoints step-6, step-8, step-10 and its tensorboard,
+    once a suite (``tests/suite_once.py``). Tests copy what they change (``shutil.copytree``) and never
+    write into it."""
+    tmp, log = once_per_suite(
+        tmp_path_factory, "default-run", lambda folder: run_train(folder, *DEFAULT_RUN, steps=DEFAULT_STEPS)
+    )
     return TrainedRun(tmp, losses(log), log)

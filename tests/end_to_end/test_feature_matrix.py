@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.feature_matrix import LAYOUTS, MODELS, REFERENCES, REFUSED, SUPPORTED, Row
+from tests.suite_once import once_per_suite
 from tests.trainer import ROOT, losses, train
 
 # 4 steps, 3 updates: step 1 checks the forward at the common initial model, step 2 the first
@@ -50,16 +51,19 @@ PROFILING = [
 
 @pytest.fixture(scope="module")
 def reference_losses(tmp_path_factory):
-    """Reference curves, one per (scheme's model, data-parallel degree), computed once when first asked."""
+    """Reference curves, one per (scheme's model, data-parallel degree), computed once a suite when first
+    asked (``tests/suite_once.py``: the rows run on every xdist worker)."""
     cache: dict[tuple[str, str], dict[int, float]] = {}
 
     def get(scheme: str, reference: str) -> dict[int, float]:
         if (scheme, reference) not in cache:
             ngpu, layout = REFERENCES[reference]
-            folder = tmp_path_factory.mktemp(f"ref-{scheme}-{reference}")
-            cache[scheme, reference] = losses(
-                train(folder, *COMMON, *MODELS[scheme], *layout, ngpu=ngpu, steps=STEPS)
+            _, log = once_per_suite(
+                tmp_path_factory,
+                f"ref-{scheme}-{reference}",
+                lambda folder: train(folder, *COMMON, *MODELS[scheme], *layout, ngpu=ngpu, steps=STEPS),
             )
+            cache[scheme, reference] = losses(log)
         return cache[scheme, reference]
 
     return get

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.end_to_end.test_fault_tolerance import COMMON
+from tests.suite_once import once_per_suite
 from tests.trainer import ROOT, SMALL, losses, train
 
 STEPS = 24
@@ -132,9 +133,16 @@ def test_sigkill_to_the_launcher_ends_its_ranks_and_the_run_resumes_at_one_proce
 
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory) -> dict[int, float]:
-    """The uninterrupted run the stopped runs resume onto (same layout, seed and data): its losses."""
-    tmp = tmp_path_factory.mktemp("straight")
-    return losses(train(tmp, *COMMON, "--checkpoint.no-enable", ngpu=2, steps=STEPS, folder="straight"))
+    """The uninterrupted run the stopped runs resume onto (same layout, seed and data): its losses, once a
+    suite (``tests/suite_once.py``)."""
+    _, log = once_per_suite(
+        tmp_path_factory,
+        "lifecycle-straight",
+        lambda folder: train(
+            folder, *COMMON, "--checkpoint.no-enable", ngpu=2, steps=STEPS, folder="straight"
+        ),
+    )
+    return losses(log)
 
 
 def _stopped_then_resumed(tmp_path, straight, send, check_every: int = 2) -> tuple[int, str, int]:
