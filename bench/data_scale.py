@@ -134,7 +134,7 @@ def main() -> None:
             paths[dataset, mb], prepare_s[dataset, mb] = corpus(args.work, mb, "jsonl"), 0.0
     for _ in range(args.reps):  # interleaved, so the machine's load drifts over every row alike
         for case in cases:
-            runs[case].append(train(*case, paths[case]))
+            runs[case].append(train(case[0], paths[case]))
             print(*case, runs[case][-1], flush=True)
     rows = []
     for dataset, mb in cases:

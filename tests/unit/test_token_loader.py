@@ -7,7 +7,10 @@ ranks' loaders are built side by side, and a DCP checkpoint of a loader is saved
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -299,3 +302,20 @@ def test_a_large_local_corpus_is_warned_about_from_its_file_sizes_before_it_is_r
         "memory (several times its size); prepare it once into token shards and train from them: "
         "python -m boost.data.prepare --config TOML --input CORPUS --output DIR, then --training.dataset tokens"
     )
+
+
+@pytest.mark.slow
+def test_the_launchers_check_of_a_token_folder_loads_no_torchtitan(cache_dir, folder, tmp_path):
+    """run_train.sh's preflight reads the manifest and the tokenizer's own file: torchtitan's import
+    (~6 s, most of a launch before the ranks) is left to the ranks."""
+    code = (
+        "import sys\nfrom torchtitan_ext.preflight import main\nmain(sys.argv[1:])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'torchtitan'))"
+    )
+    argv = job_args(cache_dir, folder, "--job.dump_folder", str(tmp_path / "out"))
+    done = subprocess.run(
+        [sys.executable, "-c", code, *argv], cwd=ROOT, env=dict(os.environ, WORLD_SIZE="2"),
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "[]", done.stdout

@@ -32,7 +32,7 @@ from torchtitan_ext.data.token_sources import (
     training_sources,
     validation_sources,
 )
-from torchtitan_ext.data.tokenizer import boost_tokenizer_dir, boost_vocab_size
+from torchtitan_ext.data.tokenizer import boost_tokenizer_dir, folder_vocab_size
 
 REPREPARE = "python -m boost.data.prepare --config TOML --input CORPUS --output DIR"
 
@@ -63,7 +63,7 @@ def check_token_data(job, section: str, dp: int) -> None:
     cfg = getattr(job, section)
     sources = training_sources(job) if section == "training" else validation_sources(job)
     tokenizer_folder = boost_tokenizer_dir(job)
-    fingerprint, vocab = tokenizer_fingerprint(tokenizer_folder), boost_vocab_size(job)
+    fingerprint, vocab = tokenizer_fingerprint(tokenizer_folder), folder_vocab_size(tokenizer_folder)
     batch = cfg.local_batch_size * dp
     window = cfg.seq_len + 1
     for source in sources:

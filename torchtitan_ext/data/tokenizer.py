@@ -104,6 +104,13 @@ def build_boost_tokenizer(job_config: JobConfig) -> HuggingFaceTokenizer:
     return _tokenizer_in(boost_tokenizer_dir(job_config))
 
 
+def folder_vocab_size(folder: Path) -> int:
+    """The vocabulary size torchtitan's ``HuggingFaceTokenizer`` reports for a tokenizer folder of
+    :func:`boost_tokenizer_dir` (it loads that folder's ``tokenizer.json`` the same way), read without
+    importing torchtitan: the launcher's check of a token folder stays torch-free (the import is ~6 s)."""
+    return Tokenizer.from_file(str(folder / "tokenizer.json")).get_vocab_size()
+
+
 def boost_vocab_size(job_config: JobConfig) -> int:
     """Vocabulary size of :func:`build_boost_tokenizer`'s tokenizer (sizes the model's embedding)."""
     return build_boost_tokenizer(job_config).get_vocab_size()
