@@ -9,7 +9,7 @@ Example::
     True
 """
 
-import importlib
+from boost.lazy_exports import lazy_exports
 
 # Loaded on first use, not at ``import boost``: the launcher reads a job with the torch-free parts of
 # the library (rules, options, ConfigError) and refuses a bad one before torch loads.
@@ -27,11 +27,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'boost' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

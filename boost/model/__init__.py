@@ -1,7 +1,6 @@
 """The BOOST decoder and its parts, written for one device: parallel plans are applied to a built model."""
 
-import importlib
-
+from boost.lazy_exports import lazy_exports
 from boost.model.args import FLAVORS, ModelArgs, flops_per_token, matmul_params
 
 # The modules that need torch load on first use: ModelArgs and the flavor table (torch-free) are what
@@ -19,11 +18,4 @@ _TORCH_EXPORTS = {
 __all__ = ["FLAVORS", "ModelArgs", "flops_per_token", "matmul_params", *_TORCH_EXPORTS]
 
 
-def __getattr__(name: str):
-    if name in _TORCH_EXPORTS:
-        return getattr(importlib.import_module(_TORCH_EXPORTS[name]), name)
-    raise AttributeError(f"module 'boost.model' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_TORCH_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _TORCH_EXPORTS)

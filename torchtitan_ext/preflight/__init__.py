@@ -8,7 +8,7 @@ them); ``check`` runs the table of range and combination rules (``job_rules``; B
 from ``boost.rules``) and the input files.
 """
 
-import importlib
+from boost.lazy_exports import lazy_exports
 
 # Loaded on first use: importing torchtitan_ext.preflight.read must not load the checks' imports (torch).
 _EXPORTS = {
@@ -24,11 +24,4 @@ _EXPORTS = {
 __all__ = list(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'torchtitan_ext.preflight' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
