@@ -21,9 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from boost.model.args import FLAVORS
 from boost.options import BoostOptions
 from boost.perf_model.peak_memory import GIB, HEADROOM, WORKSPACE_BYTES, memory_per_gpu, usable_bytes
-from boost.rules import data_parallel_degree
+from boost.rules import data_parallel_degree, resolve_rank
 
 try:
     import tomllib
@@ -41,6 +42,7 @@ class TrainingLayout:
 
     path: str
     flavor: str
+    rank: int
     linear: str
     scheme: str
     ac: str
@@ -58,7 +60,7 @@ class TrainingLayout:
     @classmethod
     def from_toml(cls, path: str | Path) -> TrainingLayout:
         """Read ``path``; ``ValueError`` naming the key when it lacks one the memory model needs or sets
-        one it does not model (context parallelism, a rank other than the flavor's)."""
+        one it does not model (context parallelism, an optimizer other than Adam's)."""
         with open(path, "rb") as f:
             toml = tomllib.load(f)
         boost, training, par = toml.get("boost", {}), toml.get("training", {}), toml.get("parallelism", {})
@@ -73,8 +75,14 @@ class TrainingLayout:
             raise ValueError(
                 f"{path}: [parallelism] context_parallel_degree > 1 is not modelled by the planner"
             )
-        if boost.get("rank", 0) or boost.get("rank_ratio", defaults.rank_ratio) != defaults.rank_ratio:
-            raise ValueError(f"{path}: [boost] rank / rank_ratio: the planner models the flavor's own rank")
+        optimizer = toml.get("optimizer", {}).get("name", "AdamW")
+        if optimizer not in ("AdamW", "Adam"):
+            raise ValueError(
+                f"{path}: [optimizer] name = {optimizer!r}: the memory model counts Adam's states"
+            )
+        flavor = need(toml.get("model", {}), "model", "flavor")
+        if flavor not in FLAVORS:
+            raise ValueError(f"{path}: [model] flavor = {flavor!r} is not one of {sorted(FLAVORS)}")
         precision = training.get("mixed_precision_param", "bfloat16")
         if precision not in DTYPE_BYTES:
             raise ValueError(
@@ -83,11 +91,17 @@ class TrainingLayout:
         compile_ = toml.get("compile", {})
         return cls(
             path=str(path),
-            flavor=need(toml.get("model", {}), "model", "flavor"),
+            flavor=flavor,
+            # the trainer's rule (torchtitan_ext.model), not the flavor's published rank
+            rank=resolve_rank(
+                FLAVORS[flavor].dim,
+                boost.get("rank", defaults.rank),
+                boost.get("rank_ratio", defaults.rank_ratio),
+            ),
             linear=boost.get("linear", defaults.linear),
             scheme=boost.get("tp_scheme", defaults.tp_scheme),
             ac=boost.get("activation_checkpoint", defaults.activation_checkpoint),
-            tp=need(par, "parallelism", "tensor_parallel_degree"),
+            tp=par.get("tensor_parallel_degree", 1),
             pp=par.get("pipeline_parallel_degree", 1),
             dp_shard=par.get("data_parallel_shard_degree", -1),
             dp_replicate=par.get("data_parallel_replicate_degree", 1),
@@ -138,6 +152,7 @@ class TrainingLayout:
             linear=self.linear,
             dtype_bytes=self.dtype_bytes,
             compiled=self.compiled,
+            rank=self.rank,
             breakdown=breakdown,
         )
 

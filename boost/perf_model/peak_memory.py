@@ -91,17 +91,19 @@ def memory_per_gpu(
     dtype_bytes: int = 2,
     workspace_bytes: float = WORKSPACE_BYTES,
     compiled: bool = False,
+    rank: int | None = None,
     breakdown: bool = False,
 ) -> float | dict[str, float]:
     """Peak bytes on one GPU (module docstring's formulas). ``dp`` is the FSDP degree; ``dtype_bytes``
     the dtype the run computes in (2 for bf16, 4 for fp32 as in the CPU dry runs of ``bench.dry_run``): the
     all-gathered weights, the unsharded gradients and the activations take it; the fixed
     ``workspace_bytes`` is a GPU's (CUDA context, NCCL); ``compiled``: torch.compile, whose AC keeps
-    attention's output. ``breakdown=True``: the terms (``states``, ``unsharded``, ``activations``,
-    ``logits``, ``workspace``) and their sum under ``"total"``."""
+    attention's output; ``rank`` the bottleneck rank (``None``: the flavor's). ``breakdown=True``: the
+    terms (``states``, ``unsharded``, ``activations``, ``logits``, ``workspace``) and their sum under
+    ``"total"``."""
     if ac not in AC_MODES:
         raise ValueError(f"unknown activation_checkpoint {ac!r}; choose one of {AC_MODES}")
-    args = model_args(flavor, scheme, vocab_size, linear)
+    args = model_args(flavor, scheme, vocab_size, linear, rank)
     T = micro_batch * seq_len
     layers = math.ceil(args.n_layers / pp)
     params = args_params(args)

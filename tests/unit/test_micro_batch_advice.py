@@ -99,6 +99,7 @@ def test_advice_is_the_largest_micro_batch_whose_model_peak_fits(flavor):
         linear=layout.linear,
         vocab_size=layout.vocab_size,
         compiled=True,
+        rank=layout.rank,
     )
     assert advice.peak["total"] == pytest.approx(direct)
     assert advice.peak["total"] <= usable_bytes(memory) == (1 - HEADROOM) * memory < advice.next_peak
@@ -126,6 +127,11 @@ def test_advice_refuses_no_memory_and_a_layout_that_does_not_fit_at_micro_batch_
         advise_micro_batch(_toml("30B"), 16, 16 * GIB)
     with pytest.raises(ValueError, match="needs a multiple of tp × pp × dp_replicate = 16 GPUs, not 24"):
         advise_micro_batch(_toml("30B"), 24, 80 * GIB)
+    # what the model does not count is refused, not guessed
+    with pytest.raises(
+        ValueError, match=r"\[optimizer\] name = 'LORO': the memory model counts Adam's states"
+    ):
+        advise_micro_batch(ROOT / "train_configs" / "loro" / "60M.toml", 1, 80 * GIB)
     # the CLI: argparse names the option; the planner's refusals are one line and exit status 2
     with pytest.raises(SystemExit) as exit_info:
         plan_main(["--config", str(_toml("7B")), "--gpus", "16", "--memory-gib", "0"])
