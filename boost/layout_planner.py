@@ -24,17 +24,14 @@ from dataclasses import dataclass
 from boost import rules
 from boost.model.args import FLAVORS, flavor_rank
 from boost.perf_model import get_hardware, memory_per_gpu, predict_step_time
-from boost.perf_model.micro_batch_advice import MicroBatchAdvice, TrainingLayout, advise_micro_batch
-from boost.perf_model.peak_memory import GIB, HEADROOM, WORKSPACE_BYTES, usable_bytes
+from boost.perf_model.micro_batch_advice import advise_micro_batch
+from boost.perf_model.peak_memory import GIB, WORKSPACE_BYTES, usable_bytes
 from boost.rules import AC_MODES, SCHEMES
 
+# memory_per_gpu and WORKSPACE_BYTES stay importable from here (bench.dry_run reads them so)
 __all__ = [
-    "HEADROOM",
     "WORKSPACE_BYTES",
     "Layout",
-    "MicroBatchAdvice",
-    "TrainingLayout",
-    "advise_micro_batch",
     "enumerate_layouts",
     "main",
     "memory_per_gpu",

@@ -23,7 +23,14 @@ from pathlib import Path
 
 from boost.model.args import FLAVORS
 from boost.options import BoostOptions
-from boost.perf_model.peak_memory import GIB, HEADROOM, WORKSPACE_BYTES, memory_per_gpu, usable_bytes
+from boost.perf_model.peak_memory import (
+    ACTIVATION_CALIBRATION,
+    GIB,
+    HEADROOM,
+    WORKSPACE_BYTES,
+    memory_per_gpu,
+    usable_bytes,
+)
 from boost.rules import data_parallel_degree, resolve_rank
 
 try:
@@ -198,6 +205,10 @@ class MicroBatchAdvice:
                 f"usable: {self.usable_bytes / GIB:.1f} GiB ({HEADROOM:.0%} of the GPU left for allocator "
                 f"fragmentation over a long run, compile workspace and the driver); each peak counts "
                 f"{WORKSPACE_BYTES / GIB:.0f} GiB outside the allocator (CUDA context, NCCL)",
+                f"modelled: fp32 weights, grads and Adam m, v over FSDP; FSDP2's gathered weights and unsharded "
+                f"grads; the activations AC {l.ac} keeps, × {min(l.num_microbatches, l.pp)} micro-batch(es) in "
+                f"flight, + one layer live; fp32 logits; activations × {ACTIVATION_CALIBRATION} as measured on an "
+                "H100 (docs/perf_model.md). Not: validation's forward at its own batch",
                 f"micro-batch {l.micro_batch} (the TOML's): peak {self.shipped_peak / GIB:.1f} GiB",
                 f"micro-batch {self.micro_batch} (largest that fits): peak {p['total'] / GIB:.1f} GiB ({terms}, "
                 f"workspace {p['workspace'] / GIB:.2f})",
