@@ -1,61 +1,42 @@
 """Layout planner: enumerate (scheme, TP, PP, DP, AC), drop what does not fit in memory, rank by
-``boost.perf_model`` step time, print the best layouts and the TOML overrides of the first.
+``boost.perf_model`` step time, print the best layouts and the TOML overrides of the first; or, for the
+layout a training TOML fixes, name the largest micro-batch that fits a GPU's memory.
 
     python -m boost.layout_planner --flavor 7B --gpus 16 --hardware a100 [--seq-len 4096 --micro-batch 4
-                         --memory-gb 80 --linear cola --num-microbatches M --top 10]
+                         --memory-gb 80 | --memory-gib 80 --linear cola --num-microbatches M --top 10]
+    python -m boost.layout_planner --config train_configs/7B.toml --gpus 16 [--memory-gib 80]
 
-Per-GPU memory (bytes, ``P`` = parameters of the rank's stage, ``T = b·s``, ``L = ceil(n_layers/pp)``):
-
-==================  ============================================================================
-weights, grads,     ``16·P / (tp·dp)``: fp32 master weights, fp32 grads, Adam m and v, sharded by
-Adam states         FSDP over dp (every rank its share: the batched ``[G, d_out, r]`` up-projections
-                    are sharded on ``r``, ``torchtitan_ext.infra.parallelize.shard_placement``); plus
-                    ``2·dtype·P_layer / tp`` for the all-gathered weights of the layer in use and the
-                    next one (FSDP prefetch), and ``(dtype + 4)·V·d / tp`` for the all-gathered
-                    embedding or head with its unsharded fp32 gradient (in that unit's backward);
-                    under PP (m > 1, dp > 1) instead ``(dtype + 4)·P / tp``: torch's schedule keeps
-                    the stage's weights gathered and its gradients unsharded across micro-batches;
-                    and ``(dtype + 4)·P_layer / tp`` in a layer's backward: its unsharded gradient in
-                    the compute dtype and FSDP2's fp32 reduce-scatter input (``reduce_dtype``; FSDP2
-                    wraps every model, at a shard degree of 1 too, under mixed precision with TP/PP)
-activations         ``L · in_flight · a_keep + a_layer`` with ``in_flight = min(m, pp)`` micro-batches
-                    held by the first 1F1B stage; ``a_layer`` = the full per-layer activations (one
-                    layer live in backward, or recomputed), and ``a_keep`` by AC mode:
-                    none ``a_layer``; full ``2·T·d_res`` (block input); lowrank ``2·T·(d_res + 7·r)``;
-                    compiled, full and lowrank also keep attention's output and log-sum-exp
-                    (``2·T·heads_local·head_dim + 4·T·heads_local``: ``boost.parallel.activation_checkpoint``)
-a_layer             ``2·T·(Σ GEMM inputs + 4·heads_local·head_dim + 4·d_res + 2·f_local) + 4·T·heads_local``
-                    (bf16 GEMM inputs, q/k/v/out of flash attention, norm and residual inputs,
-                    gate/up for the product; fp32 log-sum-exp)
-logits              ``3 · 4·T·V/tp`` (fp32 logits, their grad, softmax) on the last stage
-workspace           ``1 GiB`` (NCCL buffers, cuBLAS workspace, allocator slack)
-==================  ============================================================================
-
-``d_res``, ``heads_local`` and ``f_local`` are what the scheme leaves on a rank (``boost.rules.SCHEMES``):
-``d_res`` is ``d/tp`` for btp (the sharded residual) and ``d`` for megatron and vanilla; vanilla keeps
-the heads and the FFN whole. The ``2`` bytes of bf16 above are ``dtype_bytes`` (4 for the fp32 dry runs of
-``bench.dry_run``).
+Memory per GPU is ``boost.perf_model.memory_per_gpu`` (the formulas, and the measurement that calibrates
+them, are in ``boost/perf_model/peak_memory.py``). A layout fits a GPU when that peak, 1 GiB outside the
+caching allocator included (CUDA context, NCCL buffers), is at most ``1 - HEADROOM`` of the GPU's memory.
+The micro-batch is what one forward takes: ``training.local_batch_size`` without PP; under PP
+``parallelism.pipeline_parallel_microbatch_size``, the number of micro-batches
+(``local_batch_size / microbatch_size``) kept as the TOML has it, since 1F1B holds ``min(m, pp)`` of them
+whatever ``m`` is.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from dataclasses import dataclass
 
 from boost import rules
 from boost.model.args import FLAVORS, flavor_rank
-from boost.perf_model import (
-    args_params,
-    block_gemms,
-    get_hardware,
-    model_args,
-    predict_step_time,
-)
+from boost.perf_model import get_hardware, memory_per_gpu, predict_step_time
+from boost.perf_model.micro_batch_advice import advise_micro_batch
+from boost.perf_model.peak_memory import GIB, WORKSPACE_BYTES, usable_bytes
 from boost.rules import AC_MODES, SCHEMES
 
-WORKSPACE_BYTES = 2**30
+# memory_per_gpu and WORKSPACE_BYTES stay importable from here (bench.dry_run reads them so)
+__all__ = [
+    "WORKSPACE_BYTES",
+    "Layout",
+    "enumerate_layouts",
+    "main",
+    "memory_per_gpu",
+    "usable_bytes",
+]
 
 
 @dataclass
@@ -89,68 +70,6 @@ class Layout:
         return " ".join(parts)
 
 
-def memory_per_gpu(
-    flavor: str,
-    scheme: str,
-    tp: int,
-    pp: int,
-    dp: int,
-    ac: str,
-    *,
-    micro_batch: int,
-    seq_len: int,
-    num_microbatches: int,
-    vocab_size: int = 32000,
-    linear: str = "cola",
-    dtype_bytes: int = 2,
-    workspace_bytes: float = WORKSPACE_BYTES,
-    compiled: bool = False,
-) -> float:
-    """Peak bytes on one GPU (module docstring's formulas). ``dtype_bytes`` is the dtype the run computes
-    in (2 for bf16, 4 for fp32 as in the CPU dry runs of ``bench.dry_run``): the all-gathered weights,
-    the unsharded gradients and the activations take it; the fixed ``workspace_bytes`` is a GPU's (CUDA
-    context, NCCL); ``compiled``: torch.compile, whose AC keeps attention's output."""
-    args = model_args(flavor, scheme, vocab_size, linear)
-    T = micro_batch * seq_len
-    layers = math.ceil(args.n_layers / pp)
-    params = args_params(args)
-    layer_params = (params - 2 * args.dim * vocab_size) / args.n_layers
-    # the first stage holds the embedding, the last the head; without PP one rank holds both
-    params_stage = layer_params * layers + (2 if pp == 1 else 1) * args.dim * vocab_size
-    if pp > 1 and num_microbatches > 1 and dp > 1:
-        # torch's pipeline schedule neither reshards nor reduce-scatters between micro-batches: the
-        # stage's weights stay gathered, and its gradients unsharded (fp32), for the whole step
-        unsharded = (dtype_bytes + 4) * params_stage / tp
-    else:
-        # the layer in use and the next one (FSDP prefetch); the embedding or head with its unsharded
-        # fp32 gradient, together in that unit's backward (V·d/tp: as large as a layer at 1B, tp 1)
-        unsharded = 2 * dtype_bytes * layer_params / tp + (dtype_bytes + 4) * args.dim * vocab_size / tp
-    # a layer's backward: its unsharded gradient, and FSDP2's fp32 reduce-scatter input beside it
-    unsharded += (dtype_bytes + 4) * layer_params / tp
-    states = 16 * params_stage / (tp * dp) + unsharded
-    record = SCHEMES[scheme]
-    heads, d_res, f_local = (
-        record.local(args.n_heads, tp),
-        record.residual_width(args.dim, tp),
-        record.local(args.ffn_dim, tp),
-    )
-    gemm_inputs = sum(K * batch for _, K, _, batch in block_gemms(args, scheme, tp, T))
-    a_layer = (
-        dtype_bytes * T * (gemm_inputs + 4 * heads * args.head_dim + 4 * d_res + 2 * f_local) + 4 * T * heads
-    )
-    a_keep = {
-        "none": a_layer,
-        "full": dtype_bytes * T * d_res,
-        "lowrank": dtype_bytes * T * (d_res + 7 * args.rank),
-    }[ac]
-    if compiled and ac != "none":
-        a_keep += dtype_bytes * T * heads * args.head_dim + 4 * T * heads  # attention output and log-sum-exp
-    in_flight = min(num_microbatches, pp)
-    activations = layers * in_flight * a_keep + a_layer
-    logits = 3 * 4 * T * vocab_size / tp
-    return states + activations + logits + workspace_bytes
-
-
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
 
@@ -162,19 +81,21 @@ def enumerate_layouts(
     *,
     seq_len: int = 4096,
     micro_batch: int = 4,
-    memory_gb: float | None = None,
+    memory_bytes: float | None = None,
     linear: str = "cola",
     num_microbatches: int | None = None,
     vocab_size: int = 32000,
 ) -> list[Layout]:
-    """All layouts that fit, fastest (highest tokens/s per step) first. Raises ``ValueError`` on
-    bad input or when nothing fits."""
+    """All layouts that fit (``usable_bytes`` of ``memory_bytes``, the GPU's memory; default the
+    hardware's), fastest (highest tokens/s per step) first. Raises ``ValueError`` on bad input or when
+    nothing fits."""
     if flavor not in FLAVORS:
         raise ValueError(f"unknown flavor {flavor!r}; choose one of {sorted(FLAVORS)}")
     hw = get_hardware(hardware)
     if gpus < 1:
         raise ValueError(f"--gpus must be positive, got {gpus}")
-    budget = (memory_gb * 1e9) if memory_gb else hw.memory_bytes
+    gpu_memory = memory_bytes or hw.memory_bytes
+    budget = usable_bytes(gpu_memory)
     kind = rules.linear_kind(linear)
     # the schemes this kind runs under tensor parallelism (the preflight's rule, at any TP > 1)
     schemes = [scheme.name for scheme in SCHEMES.values() if scheme.takes(kind)]
@@ -234,8 +155,9 @@ def enumerate_layouts(
                     layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t))
     if not layouts:
         raise ValueError(
-            f"no layout of {flavor} on {gpus} {hw.name} GPU(s) fits in {budget / 1e9:.0f} GB at micro-batch "
-            f"{micro_batch} × seq {seq_len}; add GPUs, lower --micro-batch or --seq-len, or raise --memory-gb"
+            f"no layout of {flavor} on {gpus} {hw.name} GPU(s) fits in {budget / GIB:.1f} GiB (of "
+            f"{gpu_memory / GIB:.1f}) at micro-batch {micro_batch} × seq {seq_len}; add GPUs, lower "
+            "--micro-batch or --seq-len, or raise --memory-gib"
         )
     return sorted(layouts, key=lambda l: (-round(l.tokens_per_s, 6), l.memory_bytes))
 
@@ -251,53 +173,98 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def main(argv: list[str] | None = None) -> int:
+def _positive_gib(text: str) -> float:
+    """argparse type: a memory size > 0 (a GPU of 0 GiB holds nothing)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+# The options of a flavor's search; a training TOML fixes all of them.
+SEARCH_DEFAULTS = {"seq_len": 4096, "micro_batch": 4, "linear": "cola", "num_microbatches": None, "top": 10}
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m boost.layout_planner", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--flavor", required=True)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--flavor", help="rank every layout of this flavor")
+    what.add_argument("--config", help="a training TOML: the largest micro-batch its layout fits")
     parser.add_argument("--gpus", type=_positive_int, required=True)
-    parser.add_argument("--hardware", default="a100")
-    parser.add_argument("--seq-len", type=_positive_int, default=4096)
-    parser.add_argument("--micro-batch", type=_positive_int, default=4)
-    parser.add_argument(
-        "--memory-gb", type=float, default=None, help="per-GPU memory (default: the hardware's)"
-    )
-    parser.add_argument("--linear", default="cola", help="cola | svd | lax (btp, vanilla) or full (megatron)")
+    parser.add_argument("--hardware", default="a100", help="a100 | h100 (its memory is the default)")
+    memory = parser.add_mutually_exclusive_group()
+    memory.add_argument("--memory-gib", type=_positive_gib, default=None, help="per-GPU memory in GiB")
+    memory.add_argument("--memory-gb", type=_positive_gib, default=None, help="per-GPU memory in GB (10^9 B)")
+    parser.add_argument("--seq-len", type=_positive_int, default=None)
+    parser.add_argument("--micro-batch", type=_positive_int, default=None)
+    parser.add_argument("--linear", default=None, help="cola | svd | lax (btp, vanilla) or full (megatron)")
     parser.add_argument(
         "--num-microbatches", type=_positive_int, default=None, help="per step under PP (default: pp)"
     )
-    parser.add_argument("--top", type=_positive_int, default=10)
+    parser.add_argument("--top", type=_positive_int, default=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     opts = parser.parse_args(argv)
+    search = {key: getattr(opts, key) for key in SEARCH_DEFAULTS}
+    if opts.config:
+        given = [key for key, value in search.items() if value is not None]
+        if given:
+            parser.error(f"argument --{given[0].replace('_', '-')}: not with --config (the TOML sets it)")
+    for key, value in SEARCH_DEFAULTS.items():
+        search[key] = value if search[key] is None else search[key]
     try:
+        hw = get_hardware(opts.hardware)
+        memory_bytes = (
+            opts.memory_gib * GIB
+            if opts.memory_gib
+            else opts.memory_gb * 1e9
+            if opts.memory_gb
+            else hw.memory_bytes
+        )
+        if opts.config:
+            print(advise_micro_batch(opts.config, opts.gpus, memory_bytes).report())
+            return 0
         layouts = enumerate_layouts(
             opts.flavor,
             opts.gpus,
             opts.hardware,
-            seq_len=opts.seq_len,
-            micro_batch=opts.micro_batch,
-            memory_gb=opts.memory_gb,
-            linear=opts.linear,
-            num_microbatches=opts.num_microbatches,
+            seq_len=search["seq_len"],
+            micro_batch=search["micro_batch"],
+            memory_bytes=memory_bytes,
+            linear=search["linear"],
+            num_microbatches=search["num_microbatches"],
         )
-    except ValueError as err:
+    except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(
-        f"{opts.flavor} on {opts.gpus} × {opts.hardware}, seq {opts.seq_len}, micro-batch {opts.micro_batch}, "
-        f"linear {opts.linear}: {len(layouts)} feasible layouts"
+        f"{opts.flavor} on {opts.gpus} × {opts.hardware} ({memory_bytes / GIB:.1f} GiB, "
+        f"{usable_bytes(memory_bytes) / GIB:.1f} usable), seq {search['seq_len']}, "
+        f"micro-batch {search['micro_batch']}, linear {search['linear']}: "
+        f"{len(layouts)} feasible layouts"
     )
     print(
-        f"{'#':>3} {'scheme':<9}{'tp':>3}{'pp':>3}{'dp':>4} {'ac':<8}{'mem GB':>8}{'step s':>9}{'tokens/s':>11}"
+        f"{'#':>3} {'scheme':<9}{'tp':>3}{'pp':>3}{'dp':>4} {'ac':<8}{'mem GiB':>8}{'step s':>9}{'tokens/s':>11}"
     )
-    for i, l in enumerate(layouts[: opts.top], 1):
+    for i, l in enumerate(layouts[: search["top"]], 1):
         print(
-            f"{i:>3} {l.scheme:<9}{l.tp:>3}{l.pp:>3}{l.dp:>4} {l.ac:<8}{l.memory_bytes / 1e9:>8.1f}"
+            f"{i:>3} {l.scheme:<9}{l.tp:>3}{l.pp:>3}{l.dp:>4} {l.ac:<8}{l.memory_bytes / GIB:>8.1f}"
             f"{l.step_time:>9.3f}{l.tokens_per_s:>11,.0f}"
         )
     best = layouts[0]
-    m = opts.num_microbatches or max(1, best.pp)
-    print("\nbest layout overrides:\n" + best.overrides(opts.linear, m, opts.micro_batch, opts.seq_len))
+    m = search["num_microbatches"] or max(1, best.pp)
+    print(
+        "\nbest layout overrides:\n"
+        + best.overrides(search["linear"], m, search["micro_batch"], search["seq_len"])
+    )
     return 0
 
 

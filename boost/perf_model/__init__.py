@@ -7,6 +7,8 @@
 ``reference_table``    the reference paper's measurements beside the model (``python -m boost.perf_model``)
 ``fit``                ``fit_a100``: refit A100's efficiencies to that table (by hand)
 ``cpu_calibration``    ``calibrate_cpu``: measure this machine for ``CPU_GLOO`` (by hand)
+``peak_memory``        ``memory_per_gpu``: a layout's peak memory per GPU, calibrated on an H100
+``micro_batch_advice`` ``advise_micro_batch``: the largest micro-batch a training TOML fits on a GPU
 =====================  ======================================================================
 
 Example::
@@ -19,6 +21,8 @@ from boost.perf_model.cpu_calibration import calibrate_cpu
 from boost.perf_model.fit import fit_a100
 from boost.perf_model.hardware import A100, CPU_GLOO, H100, HARDWARE, Hardware, get_hardware
 from boost.perf_model.loro_cost import loro_exact_step_time
+from boost.perf_model.micro_batch_advice import MicroBatchAdvice, TrainingLayout, advise_micro_batch
+from boost.perf_model.peak_memory import HEADROOM, memory_per_gpu, usable_bytes
 from boost.perf_model.reference_table import (
     PAPER_COMM_7B,
     PAPER_STEP_TIMES,
@@ -39,7 +43,13 @@ from boost.perf_model.step_time import (
 )
 
 __all__ = [
+    "HEADROOM",
+    "MicroBatchAdvice",
+    "TrainingLayout",
+    "advise_micro_batch",
     "loro_exact_step_time",
+    "memory_per_gpu",
+    "usable_bytes",
     "A100",
     "CPU_GLOO",
     "H100",

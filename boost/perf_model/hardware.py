@@ -32,7 +32,7 @@ class Hardware:
     latency: float
     inter_bw: float
     gpus_per_node: int = 8
-    memory_bytes: float = 80e9
+    memory_bytes: float = 80 * 2**30  # an "80 GB" A100 or H100: 81,920 MiB nominal
     eta_gemm: float = 0.80  # achieved fraction of peak of a GEMM of infinite arithmetic intensity
     ai_half: float = 120.0  # FLOP/byte at which a GEMM reaches half of eta_gemm
     eta_attn: float = 0.45  # flash-attention fraction of peak (fwd + bwd)
@@ -54,7 +54,6 @@ A100 = Hardware(
     bus_bw=222.4e9,
     latency=69.9e-6,
     inter_bw=25e9,
-    memory_bytes=80e9,
     eta_gemm=0.749,
     ai_half=38.2,
     eta_attn=0.303,

@@ -47,16 +47,19 @@ from boost.perf_model.hardware import Hardware, get_hardware
 from boost.rules import AC_MODES, KINDS, SCHEMES, TP_SCHEMES
 
 
-def model_args(flavor: str, scheme: str, vocab_size: int = 32000, linear: str = "cola") -> ModelArgs:
+def model_args(
+    flavor: str, scheme: str, vocab_size: int = 32000, linear: str = "cola", rank: int | None = None
+) -> ModelArgs:
     """The model a scheme runs (``TPScheme.kind_for``), its down-projections grouped where the scheme keeps
-    the rank dim whole."""
+    the rank dim whole; ``rank`` ``None`` is the flavor's."""
     if scheme not in TP_SCHEMES:
         raise ValueError(f"unknown tp scheme {scheme!r}; choose one of {TP_SCHEMES}")
     kind = SCHEMES[scheme].kind_for(linear)
     if not SCHEMES[scheme].takes(KINDS[kind]):
         raise ValueError(f"scheme {scheme!r} needs a low-rank linear kind, not {kind!r}")
+    overrides = {} if rank is None else {"rank": rank}
     return ModelArgs.from_flavor(
-        flavor, linear=kind, vocab_size=vocab_size, group_linears=SCHEMES[scheme].groups_linears
+        flavor, linear=kind, vocab_size=vocab_size, group_linears=SCHEMES[scheme].groups_linears, **overrides
     )
 
 
