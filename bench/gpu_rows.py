@@ -1,0 +1,106 @@
+"""The rows ``bench.gpu_report`` measures: a table of name → command, run in this order.
+
+A row measured two ways (a configuration switch on and off) is one more entry with its override.
+The order is the order of need when the time budget runs out: issue 33's goal rows (7B@16 btp and
+megatron, the trainer's 1B CoLA and dense) first, the pipeline rows last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+from bench.rank_dry_run import ROOT, SCHEMES
+
+DENSE = ("--boost.linear", "full", "--boost.tp_scheme", "megatron")  # train_configs/1B.toml's header
+# Every run: one log line a step (the rows' tokens/s, memory, step times), no checkpoint or
+# validation (neither is the step's work; a 7B checkpoint shard is gigabytes of disk).
+COMMON = ("--metrics.log_freq", "1", "--checkpoint.no-enable", "--validation.no-enable")
+
+
+@dataclass(frozen=True)
+class TrainRow:
+    """``./run_train.sh`` with ``NGPU=ngpu CONFIG_FILE=train_configs/{config}.toml`` (and ``DRY_RUN=1``:
+    rank 0 of ``ngpu`` on the fake process group); steps ``steady_from``…``steps`` are the row's figures."""
+
+    section: str  # "trainer" or "rank dry run"
+    name: str
+    config: str
+    ngpu: int
+    args: tuple[str, ...]
+    steps: int
+    steady_from: int
+    timeout_s: int
+    dry_run: bool = False
+
+    def command(self, dump_folder: str) -> tuple[list[str], dict[str, str]]:
+        """The argv and the environment it adds, with the row's run folder."""
+        env = {"NGPU": str(self.ngpu), "CONFIG_FILE": f"train_configs/{self.config}.toml"}
+        if self.dry_run:
+            env["DRY_RUN"] = "1"
+        argv = [
+            "./run_train.sh",
+            "--training.steps",
+            str(self.steps),
+            *COMMON,
+            "--job.dump_folder",
+            dump_folder,
+        ]
+        return [*argv, *self.args], env
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """``python -m bench.kernel_split`` (the standalone 1B step under torch.profiler)."""
+
+    name: str
+    args: tuple[str, ...]
+    timeout_s: int
+    section: str = "kernel split"
+    steps: dict = field(default_factory=lambda: {"warmup": 3, "timed": 5, "profiled": 2})
+
+    def command(self, json_path: str) -> tuple[list[str], dict[str, str]]:
+        step_args = [a for k, v in self.steps.items() for a in (f"--{k}", str(v))]
+        return ["-m", "bench.kernel_split", *self.args, *step_args, "--json", json_path], {}
+
+
+def scheme_args(config: str, scheme: str) -> tuple[str, ...]:
+    """``bench.rank_dry_run``'s overrides of ``scheme`` for ``train_configs/{config}.toml``."""
+    toml = tomllib.loads((ROOT / "train_configs" / f"{config}.toml").read_text())
+    return tuple(SCHEMES[scheme](toml))
+
+
+def dry(config: str, ngpu: int, scheme: str, timeout_s: int) -> TrainRow:
+    """A rank dry run as ``bench.rank_dry_run`` runs it: 6 steps, the steady ones from step 3."""
+    return TrainRow(
+        "rank dry run",
+        f"{config}@{ngpu} {scheme}",
+        config,
+        ngpu,
+        scheme_args(config, scheme),
+        6,
+        3,
+        timeout_s,
+        True,
+    )
+
+
+ROWS: tuple[TrainRow | KernelRow, ...] = (
+    dry("7B", 16, "btp", 150),
+    dry("7B", 16, "megatron", 150),
+    # the measured procedure: 12 steps, steps 6–12 steady (the first ones compile and warm up)
+    TrainRow("trainer", "1B CoLA", "1B", 1, (), 12, 6, 180),
+    TrainRow("trainer", "1B dense", "1B", 1, DENSE, 12, 6, 180),
+    dry("7B", 16, "vanilla", 150),
+    dry("3B", 8, "btp", 150),
+    dry("3B", 8, "vanilla", 150),
+    dry("3B", 8, "megatron", 150),
+    KernelRow("1B CoLA", ("--linear", "cola"), 150),
+    KernelRow("1B dense", ("--linear", "full"), 150),
+    dry("13B", 8, "btp", 240),
+    dry("30B", 16, "btp", 300),
+)
