@@ -11,6 +11,14 @@ Rows (``bench.gpu_rows.ROWS``, run in that order, each in its own process):
   and megatron, 13B@8 and 30B@16 (pipeline) for btp, 6 steps, steps 3–6 steady;
 - kernel split: ``bench.kernel_split`` for the 1B CoLA and dense step (3 warm-up, 5 timed, 2 profiled).
 
+Time: the rows start in seconds of CPU work each (imports, the seeded init, compilation) before a
+few seconds of steps. On the 2026-11-26 H100 (torch 2.11, 16 cores) the trainer's 1B rows reached
+step 1 in 45 s (CoLA) and 57 s (dense), 36.5 s of it the dense model's seeded init on the CPU; the
+dry runs' start-up there was not recorded. ``--budget-s`` (480 s) holds the command to 8 minutes:
+a row gets at most what is left of it (a row past its time is ended and reported as timed out),
+and a row is not started with less than 30 s left. The rows run in order of need, so a slow start
+costs the pipeline rows (13B, 30B) first; their lines then say "not run".
+
 Every run_train.sh row also gives the GPU's busy fraction over its steady steps (``bench.gpu_busy``:
 nvidia-smi every 100 ms, the samples between the log lines of step ``steady_from - 1`` and the last
 step). A row that fails or runs past its timeout is a table line with its last error line; the

@@ -1,4 +1,5 @@
-"""The rows ``bench.gpu_report`` measures: a table of name → command, run in this order.
+"""The rows ``bench.gpu_report`` measures: a table of name → command, run in this order; the schemes
+of a rank dry run (``bench.rank_dry_run`` builds its runs here too).
 
 A row measured two ways (a configuration switch on and off) is one more entry with its override.
 The order is the order of need when the time budget runs out: issue 33's goal rows (7B@16 btp and
@@ -8,14 +9,33 @@ megatron, the trainer's 1B CoLA and dense) first, the pipeline rows last.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
-from bench.rank_dry_run import ROOT, SCHEMES
+from torchtitan_ext.config import linear_kind_overrides
 
+ROOT = Path(__file__).resolve().parents[1]
+
+# A rank dry run's schemes, each as overrides of a shipped TOML: the TOML as shipped (CoLA, btp);
+# vanilla low-rank TP on the same model (ungrouped, sync norm, full AC: what vanilla takes); the
+# dense baseline with Megatron TP and full AC (the TOML header's override).
+SCHEMES = {
+    "btp": lambda toml: [],
+    "vanilla": lambda toml: [
+        "--boost.tp_scheme",
+        "vanilla",
+        "--boost.no-group-linears",
+        "--boost.norm",
+        "sync",
+        "--boost.activation_checkpoint",
+        "full",
+    ],
+    "megatron": lambda toml: linear_kind_overrides("full", toml),
+}
 DENSE = ("--boost.linear", "full", "--boost.tp_scheme", "megatron")  # train_configs/1B.toml's header
 # Every run: one log line a step (the rows' tokens/s, memory, step times), no checkpoint or
 # validation (neither is the step's work; a 7B checkpoint shard is gigabytes of disk).
@@ -74,18 +94,14 @@ def scheme_args(config: str, scheme: str) -> tuple[str, ...]:
     return tuple(SCHEMES[scheme](toml))
 
 
-def dry(config: str, ngpu: int, scheme: str, timeout_s: int) -> TrainRow:
-    """A rank dry run as ``bench.rank_dry_run`` runs it: 6 steps, the steady ones from step 3."""
+def dry(
+    config: str, ngpu: int, scheme: str, timeout_s: int, steps: int = 6, extra: tuple[str, ...] = ()
+) -> TrainRow:
+    """``config`` dry-run as rank 0 of ``ngpu`` under ``scheme`` (``extra``: more overrides), the steps
+    after the first two (compilation, warm-up) steady."""
+    args = (*scheme_args(config, scheme), *extra)
     return TrainRow(
-        "rank dry run",
-        f"{config}@{ngpu} {scheme}",
-        config,
-        ngpu,
-        scheme_args(config, scheme),
-        6,
-        3,
-        timeout_s,
-        True,
+        "rank dry run", f"{config}@{ngpu} {scheme}", config, ngpu, args, steps, 3, timeout_s, True
     )
 
 

@@ -26,50 +26,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python < 3.11
-    import tomli as tomllib
-
 from bench import train_log
-from torchtitan_ext.config import linear_kind_overrides
-
-ROOT = Path(__file__).resolve().parents[1]
-SCHEMES = {
-    "btp": lambda toml: [],
-    "vanilla": lambda toml: [
-        "--boost.tp_scheme",
-        "vanilla",
-        "--boost.no-group-linears",
-        "--boost.norm",
-        "sync",
-        "--boost.activation_checkpoint",
-        "full",
-    ],
-    "megatron": lambda toml: linear_kind_overrides("full", toml),
-}
-
-
-def command(
-    config: str, scheme: str, ngpu: int, steps: int, extra: list[str], dump: str
-) -> tuple[list[str], dict]:
-    """The ``./run_train.sh`` argv and environment of one row: ``config`` as rank 0 of ``ngpu`` under ``scheme``."""
-    toml = tomllib.loads((ROOT / "train_configs" / f"{config}.toml").read_text())
-    cmd = [
-        "./run_train.sh",
-        "--training.steps",
-        str(steps),
-        "--metrics.log_freq",
-        "1",
-        "--checkpoint.no-enable",
-        "--validation.no-enable",
-        "--job.dump_folder",
-        dump,
-        *SCHEMES[scheme](toml),
-        *extra,
-    ]
-    env = {"DRY_RUN": "1", "NGPU": str(ngpu), "CONFIG_FILE": f"train_configs/{config}.toml"}
-    return cmd, env
+from bench.gpu_rows import ROOT, SCHEMES, dry
 
 
 def summarize(log: str) -> dict:
@@ -91,7 +49,7 @@ def summarize(log: str) -> dict:
 
 def run(config: str, scheme: str, ngpu: int, steps: int, extra: list[str]) -> dict:
     with tempfile.TemporaryDirectory(prefix="rank_dry_run_") as dump:
-        cmd, env = command(config, scheme, ngpu, steps, extra, dump)
+        cmd, env = dry(config, ngpu, scheme, timeout_s=3600, steps=steps, extra=tuple(extra)).command(dump)
         env = dict(os.environ, **env, PYTHON=sys.executable)
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=3600)
     log = train_log.clean(proc.stdout + proc.stderr)
@@ -106,7 +64,11 @@ def main() -> None:
     p.add_argument("--ngpu", type=int, default=16, help="the world size rank 0 plays")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
-    p.add_argument("--out", type=Path, help="append the table to this file (e.g. bench/results/gpu.md)")
+    p.add_argument(
+        "--out",
+        type=Path,
+        help="append the table to this file (not bench/results/gpu.md: bench.gpu_report writes that one)",
+    )
     p.add_argument(
         "overrides", nargs="*", help="after --: more trainer overrides (e.g. --training.seq_len 256)"
     )
