@@ -1,32 +1,26 @@
-"""The GPU's busy fraction over a run's steady steps: nvidia-smi samples matched to the steps' log times.
+"""The GPU's busy fraction over a run's steady steps: NVML samples matched to the steps' log times.
 
-``nvidia-smi --id=0 --query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits --loop-ms=100`` runs beside
-the trainer (:class:`BusySampler`); each sample is the percentage of the driver's last sample period
-in which a kernel ran on the GPU, stamped with the local time (``2026/11/26 08:17:43.290``). The steady
-steps' window runs from the log line of the step before the first steady one (a ``step:`` line is
-written when its step ends) to the last step's line; the busy fraction is the mean of the samples
-inside it (:func:`busy_fraction`). A sample period (1/6 s to 1 s by product) may straddle the window's
-edges: with tens of samples per window that blurs the figure by a few percent at most.
+:class:`BusySampler` polls NVML's ``nvmlDeviceGetUtilizationRates`` (the number ``nvidia-smi
+--query-gpu=utilization.gpu`` prints: the percentage of the driver's last sample period in which a
+kernel ran) every 100 ms from a thread of the report's own process, which touches no CUDA context,
+stamping each sample with ``time.time()``. NVML through ctypes, not nvidia-smi through a pipe: no
+output buffering between the sample and its stamp, no package beyond the driver's library. The
+steady steps' window runs from the log line of the step before the first steady one (a ``step:``
+line is written when its step ends) to the last step's line; the busy fraction is the mean of the
+samples inside it (:func:`busy_fraction`). The driver's sample period (1/6 s to 1 s by product) may
+straddle the window's edges: over a window of seconds that blurs the figure by a few percent at most.
 """
 
 from __future__ import annotations
 
-import datetime
+import ctypes
 import os
-import subprocess
 import threading
+import time
 
-QUERY = ["--query-gpu=timestamp,utilization.gpu", "--format=csv,noheader,nounits"]
 
-
-def parse_sample(line: str) -> tuple[float, float] | None:
-    """``(seconds since the epoch, busy %)`` of one nvidia-smi CSV line, or None for anything else."""
-    stamp, _, value = line.rpartition(",")
-    try:
-        when = datetime.datetime.strptime(stamp.strip(), "%Y/%m/%d %H:%M:%S.%f").timestamp()
-        return when, float(value.strip())
-    except ValueError:
-        return None
+class _Utilization(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
 
 def busy_fraction(samples: list[tuple[float, float]], start: float, end: float) -> tuple[float, int] | None:
@@ -38,48 +32,46 @@ def busy_fraction(samples: list[tuple[float, float]], start: float, end: float) 
     return sum(inside) / len(inside) / 100, len(inside)
 
 
-def gpu_index() -> str:
-    """The physical GPU a run on device 0 uses: the first of ``CUDA_VISIBLE_DEVICES``, else 0."""
+def gpu_index() -> int:
+    """The physical GPU (NVML's index) a run on device 0 uses: the first of ``CUDA_VISIBLE_DEVICES``, else 0."""
     first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    return first or "0"
+    return int(first) if first.isdigit() else 0
 
 
 class BusySampler:
-    """nvidia-smi sampling the GPU every ``period_ms`` in the background, for a ``with`` block."""
+    """NVML sampling the GPU's busy percentage every ``period_s`` in a background thread, for a ``with``
+    block; ``samples`` holds ``(time.time(), percent)``, ``error`` says why it is empty."""
 
-    def __init__(self, period_ms: int = 100):
-        self.cmd = ["nvidia-smi", f"--id={gpu_index()}", *QUERY, f"--loop-ms={period_ms}"]
+    def __init__(self, period_s: float = 0.1):
+        self.period_s = period_s
         self.samples: list[tuple[float, float]] = []
-        self._proc: subprocess.Popen | None = None
-        self._reader: threading.Thread | None = None
-        self.error: str | None = None  # why there are no samples (no nvidia-smi), for the table
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> BusySampler:
         try:
-            self._proc = subprocess.Popen(
-                self.cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-            )
-        except OSError as e:
-            self.error = f"nvidia-smi: {e.strerror}"
+            nvml = ctypes.CDLL("libnvidia-ml.so.1")
+            if nvml.nvmlInit_v2() != 0:
+                raise OSError("nvmlInit failed")
+            handle = ctypes.c_void_p()
+            if nvml.nvmlDeviceGetHandleByIndex_v2(gpu_index(), ctypes.byref(handle)) != 0:
+                raise OSError(f"no GPU {gpu_index()}")
+        except (OSError, AttributeError) as e:
+            self.error = f"NVML: {e}"
             return self
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        self._thread = threading.Thread(target=self._poll, args=(nvml, handle), daemon=True)
+        self._thread.start()
         return self
 
-    def _read(self) -> None:
-        assert self._proc is not None and self._proc.stdout is not None
-        for line in self._proc.stdout:
-            sample = parse_sample(line)
-            if sample is not None:
-                self.samples.append(sample)
+    def _poll(self, nvml, handle) -> None:
+        rates = _Utilization()
+        while not self._stop.wait(self.period_s):
+            if nvml.nvmlDeviceGetUtilizationRates(handle, ctypes.byref(rates)) == 0:
+                self.samples.append((time.time(), float(rates.gpu)))
+        nvml.nvmlShutdown()
 
     def __exit__(self, *exc) -> None:
-        if self._proc is None or self._reader is None:
-            return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait()
-        self._reader.join(timeout=10)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)

@@ -20,7 +20,7 @@ and a row is not started with less than 30 s left. The rows run in order of need
 costs the pipeline rows (13B, 30B) first; their lines then say "not run".
 
 Every run_train.sh row also gives the GPU's busy fraction over its steady steps (``bench.gpu_busy``:
-nvidia-smi every 100 ms, the samples between the log lines of step ``steady_from - 1`` and the last
+NVML's utilization every 100 ms, the samples between the log lines of step ``steady_from - 1`` and the last
 step). A row that fails or runs past its timeout is a table line with its last error line; the
 rows not started when ``--budget-s`` is spent are listed as not run.
 """
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     if not torch.cuda.is_available():
         print(
             f"bench.gpu_report needs a CUDA GPU, which torch {torch.__version__} does not see here "
-            "(and nvidia-smi for the busy column); `python -m bench.gpu_report --dry-check` lists what it runs",
+            "(and NVML for the busy column); `python -m bench.gpu_report --dry-check` lists what it runs",
             file=sys.stderr,
         )
         return 2

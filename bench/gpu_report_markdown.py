@@ -121,12 +121,12 @@ def render(
     lines = [
         f"# One GPU: {device}, torch {torch_version}, {date}",
         "",
-        f"`{command}` ({wall_s:.0f} s; {compile_cache}). Written by the command; each row's own command is under "
-        "\"Commands\". Tokens/s is torchtitan's, per device (the rank's tokens/s over tp·pp·cp); the step "
-        "time follows from it (the rank's tokens per step / (tokens/s · tp·pp·cp)); memory is torchtitan's "
-        "peak reserved; GPU busy is the mean of nvidia-smi's utilization samples (100 ms) between the log "
-        "lines that bound the steady steps. Dry runs are rank 0 of N on the fake process group: compute "
-        "only, every collective a no-op.",
+        f"`{command}` ({wall_s:.0f} s; {compile_cache}). Written by the command; each row's own command "
+        "is under \"Commands\". Tokens/s is torchtitan's, per device (the rank's tokens/s over tp·pp·cp); "
+        "the step time follows from it (the rank's tokens per step / (tokens/s · tp·pp·cp)); memory is "
+        "torchtitan's peak reserved; GPU busy is the mean of NVML's utilization samples (what nvidia-smi's "
+        "utilization.gpu reads), every 100 ms, between the log lines that bound the steady steps. Dry runs "
+        "are rank 0 of N on the fake process group: compute only, every collective a no-op.",
         "",
         "## Trainer, one GPU",
         "",

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench import train_log
-from bench.gpu_busy import busy_fraction, parse_sample
+from bench.gpu_busy import BusySampler, busy_fraction
 from bench.gpu_report import Result, main, measure, train_values
 from bench.gpu_report_markdown import render
 from bench.gpu_rows import ROWS, KernelRow, TrainRow
@@ -150,11 +150,10 @@ def test_busy_fraction_over_the_window():
     assert busy_fraction(samples, 10.31, 10.39) is None
 
 
-def test_an_nvidia_smi_sample_line():
-    """The ``--query-gpu=timestamp,utilization.gpu --format=csv,noheader,nounits`` line format."""
-    when, pct = parse_sample("2026/11/26 08:17:43.290, 57\n")
-    assert pct == 57.0 and when == pytest.approx(train_log._stamp("[titan] 2026-11-26 08:17:43,290 - x"))
-    assert parse_sample("timestamp, utilization.gpu [%]") is None
+def test_without_a_gpu_the_sampler_says_why():
+    with BusySampler() as sampler:
+        pass
+    assert sampler.samples == [] and sampler.error.startswith("NVML: ")
 
 
 def test_a_rows_figures_and_busy_window_from_a_real_log():
@@ -199,15 +198,15 @@ def test_dry_check_lists_every_row_and_its_command(capsys):
 
 @pytest.mark.slow
 def test_rows_run_fail_and_time_out_into_the_report():
-    """The report's runner on real rows at CPU size: one that runs (its figures parsed, no nvidia-smi
-    here so no busy column), one refused, one past its timeout, one kernel split; none raises, and
+    """The report's runner on real rows at CPU size: one that runs (its figures parsed, no NVML
+    here so no busy figure), one refused, one past its timeout, one kernel split; none raises, and
     the markdown shows each."""
     tiny = ("--training.seq_len", "64", "--training.local_batch_size", "2", "--compile.no-enable")
     ran = measure(TrainRow("trainer", "debug", "debug", 1, tiny, 3, 2, 300), 300)
     assert ran.status == "ok", ran.error
     assert ran.values["layout"] == "tp1 pp1 fsdp1 cp1" and ran.values["steps"] == "3 (steady 2–3)"
     assert ran.values["step_s"] > 0 and ran.values["startup"].startswith("imports")
-    assert ran.values["busy"] is None and "nvidia-smi" in ran.values["busy_note"]
+    assert ran.values["busy"] is None and ran.values["busy_note"].startswith("NVML: ")
     refused = measure(
         TrainRow(
             "rank dry run",
@@ -247,6 +246,7 @@ def test_rows_run_fail_and_time_out_into_the_report():
         "today",
         "cmd",
         1,
+        "cache",
     )
     assert "| debug | 3 (steady 2–3) |" in text
     assert "| 7B@16 tp3 | **failed**: exit 2: BOOST config error" in text
