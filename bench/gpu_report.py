@@ -47,6 +47,7 @@ from bench.gpu_rows import ROWS, KernelRow, TrainRow
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "gpu.md"
+LEAST_S = 30  # a row's least time: imports and start-up alone take that
 
 
 @dataclass
@@ -145,6 +146,36 @@ def measure(row: TrainRow | KernelRow, timeout_s: float, env: dict[str, str] | N
     return Result(row, "ok", seconds, values=values)
 
 
+def run_rows(rows: list, budget_s: float, env: dict[str, str]) -> list[Result]:
+    """Each row in turn within ``budget_s``: a row gets at most what is left, and none starts with
+    less than :data:`LEAST_S` left (it would only time out)."""
+    started = time.monotonic()
+    results = []
+    for row in rows:
+        left = budget_s - (time.monotonic() - started)
+        if left < LEAST_S:
+            results.append(Result(row, "not run", error=f"the {budget_s:.0f} s budget was spent"))
+            continue
+        result = measure(row, min(row.timeout_s, left), env)
+        print(
+            f"{row.section}: {row.name}: {result.status} in {result.seconds:.0f} s {result.error}", flush=True
+        )
+        results.append(result)
+    return results
+
+
+def checkout() -> str:
+    """The commit the rows ran (``+`` if the work tree differs from it), or ``?`` outside git."""
+    try:
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+        )
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True)
+    except OSError:
+        return "?"
+    return head.stdout.strip() + ("+" if dirty.stdout.strip() else "") if head.returncode == 0 else "?"
+
+
 def display(row: TrainRow | KernelRow) -> str:
     """The row's command as a user types it (run folder and result file left out)."""
     if isinstance(row, TrainRow):
@@ -167,6 +198,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--dry-check", action="store_true", help="list the rows and their commands; run nothing")
     a = p.parse_args(argv)
+    names = {r.name for r in ROWS} | {f"{r.section}: {r.name}" for r in ROWS}
+    if a.rows and set(a.rows) - names:
+        p.error(f"--rows: no row {sorted(set(a.rows) - names)}; --dry-check lists them")
     rows = [r for r in ROWS if not a.rows or r.name in a.rows or f"{r.section}: {r.name}" in a.rows]
     if a.dry_check:
         for r in rows:
@@ -187,25 +221,14 @@ def main(argv: list[str] | None = None) -> int:
     # names an inductor cache, which may then be warm: the header says which.
     named_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     started = time.monotonic()
-    results = []
     with tempfile.TemporaryDirectory(prefix="gpu_report_inductor_") as fresh_cache:
-        env = {} if named_cache else {"TORCHINDUCTOR_CACHE_DIR": fresh_cache}
-        for row in rows:
-            left = a.budget_s - (time.monotonic() - started)
-            if left < 30:
-                results.append(Result(row, "not run", error=f"the {a.budget_s:.0f} s budget was spent"))
-                continue
-            result = measure(row, min(row.timeout_s, left), env)
-            print(
-                f"{row.section}: {row.name}: {result.status} in {result.seconds:.0f} s {result.error}",
-                flush=True,
-            )
-            results.append(result)
+        results = run_rows(rows, a.budget_s, {} if named_cache else {"TORCHINDUCTOR_CACHE_DIR": fresh_cache})
     given = sys.argv[1:] if argv is None else argv
     text = render(
         results,
         device=torch.cuda.get_device_name(),
-        torch_version=torch.__version__,
+        torch_version=f"{torch.__version__} (CUDA {torch.version.cuda})",
+        checkout=checkout(),
         date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         command=" ".join(["python -m bench.gpu_report", *map(shlex.quote, given)]),
         wall_s=time.monotonic() - started,

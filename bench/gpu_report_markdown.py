@@ -29,7 +29,7 @@ def _busy(v: dict) -> str:
 
 def _run_table(results: list[Result], with_layout: bool) -> list[str]:
     head = ["row", "layout", "steps (steady)", "tokens/s per device: median (min–max)", "step s", "MFU %"]
-    head += ["peak GiB", "GPU busy (samples)", "BOOST start-up", "wall s"]
+    head += ["peak GiB reserved", "GPU busy (samples)", "BOOST start-up", "wall s"]
     if not with_layout:
         head.remove("layout")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -57,7 +57,7 @@ def _run_table(results: list[Result], with_layout: bool) -> list[str]:
 
 def _kernel_table(results: list[Result]) -> list[str]:
     head = ["row", "steps", "step ms", "tokens/s", "kernel ms/step", *(f"{k} %" for k in KINDS)]
-    head += ["peak GiB", "wall s"]
+    head += ["peak GiB allocated", "wall s"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     tops = []
     for r in results:
@@ -113,13 +113,14 @@ def render(
     command: str,
     wall_s: float,
     compile_cache: str,
+    checkout: str = "?",
 ) -> str:
     """The whole of ``bench/results/gpu.md``."""
     section = {
         s: [r for r in results if r.row.section == s] for s in ("trainer", "rank dry run", "kernel split")
     }
     lines = [
-        f"# One GPU: {device}, torch {torch_version}, {date}",
+        f"# One GPU: {device}, torch {torch_version}, {date}, checkout {checkout}",
         "",
         f"`{command}` ({wall_s:.0f} s; {compile_cache}). Written by the command; each row's own command "
         "is under \"Commands\". Tokens/s is torchtitan's, per device (the rank's tokens/s over tp·pp·cp); "

@@ -19,7 +19,7 @@ import pytest
 
 from bench import train_log
 from bench.gpu_busy import BusySampler, busy_fraction
-from bench.gpu_report import Result, main, measure, train_values
+from bench.gpu_report import LEAST_S, Result, main, measure, run_rows, train_values
 from bench.gpu_report_markdown import render
 from bench.gpu_rows import ROWS, KernelRow, TrainRow
 from bench.kernel_split import KINDS, classify, split
@@ -194,6 +194,12 @@ def test_dry_check_lists_every_row_and_its_command(capsys):
     assert "NGPU=1 CONFIG_FILE=train_configs/1B.toml ./run_train.sh --training.steps 12" in out
     assert "--boost.linear full --boost.tp_scheme megatron" in out
     assert "python -m bench.kernel_split --linear cola --warmup 3 --timed 5 --profiled 2" in out
+
+
+def test_rows_past_the_budget_are_not_run():
+    results = run_rows(list(ROWS), LEAST_S - 1, {})
+    assert [r.status for r in results] == ["not run"] * len(ROWS)
+    assert results[0].error == f"the {LEAST_S - 1} s budget was spent"
 
 
 @pytest.mark.slow
