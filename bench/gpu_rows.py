@@ -95,14 +95,20 @@ def scheme_args(config: str, scheme: str) -> tuple[str, ...]:
 
 
 def dry(
-    config: str, ngpu: int, scheme: str, timeout_s: int, steps: int = 6, extra: tuple[str, ...] = ()
+    config: str,
+    ngpu: int,
+    scheme: str,
+    timeout_s: int,
+    steps: int = 6,
+    extra: tuple[str, ...] = (),
+    label: str = "",
 ) -> TrainRow:
-    """``config`` dry-run as rank 0 of ``ngpu`` under ``scheme`` (``extra``: more overrides), the steps
-    after the first two (compilation, warm-up) steady."""
+    """``config`` dry-run as rank 0 of ``ngpu`` under ``scheme``, the steps after the first two
+    (compilation, warm-up) steady; ``extra`` more overrides, named by ``label`` in the row's name
+    (a switch measured both ways: ``dry("7B", 16, "btp", 150, extra=(...), label="switch on")``)."""
     args = (*scheme_args(config, scheme), *extra)
-    return TrainRow(
-        "rank dry run", f"{config}@{ngpu} {scheme}", config, ngpu, args, steps, 3, timeout_s, True
-    )
+    name = f"{config}@{ngpu} {scheme}" + (f" {label}" if label else "")
+    return TrainRow("rank dry run", name, config, ngpu, args, steps, 3, timeout_s, True)
 
 
 ROWS: tuple[TrainRow | KernelRow, ...] = (
