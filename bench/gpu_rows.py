@@ -1,0 +1,128 @@
+"""The rows ``bench.gpu_report`` measures: a table of name → command, run in this order; the schemes
+of a rank dry run (``bench.rank_dry_run`` builds its runs here too).
+
+A row measured two ways (a configuration switch on and off) is one more entry with its override.
+The order is the order of need when the time budget runs out: issue 33's goal rows (7B@16 btp and
+megatron, the trainer's 1B CoLA and dense) first, the pipeline rows last.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+from torchtitan_ext.config import linear_kind_overrides
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# A rank dry run's schemes, each as overrides of a shipped TOML: the TOML as shipped (CoLA, btp);
+# vanilla low-rank TP on the same model (ungrouped, sync norm, full AC: what vanilla takes); the
+# dense baseline with Megatron TP and full AC (the TOML header's override).
+SCHEMES = {
+    "btp": lambda toml: [],
+    "vanilla": lambda toml: [
+        "--boost.tp_scheme",
+        "vanilla",
+        "--boost.no-group-linears",
+        "--boost.norm",
+        "sync",
+        "--boost.activation_checkpoint",
+        "full",
+    ],
+    "megatron": lambda toml: linear_kind_overrides("full", toml),
+}
+DENSE = ("--boost.linear", "full", "--boost.tp_scheme", "megatron")  # train_configs/1B.toml's header
+# Every run: one log line a step (the rows' tokens/s, memory, step times), no checkpoint or
+# validation (neither is the step's work; a 7B checkpoint shard is gigabytes of disk).
+COMMON = ("--metrics.log_freq", "1", "--checkpoint.no-enable", "--validation.no-enable")
+
+
+@dataclass(frozen=True)
+class TrainRow:
+    """``./run_train.sh`` with ``NGPU=ngpu CONFIG_FILE=train_configs/{config}.toml`` (and ``DRY_RUN=1``:
+    rank 0 of ``ngpu`` on the fake process group); steps ``steady_from``…``steps`` are the row's figures."""
+
+    section: str  # "trainer" or "rank dry run"
+    name: str
+    config: str
+    ngpu: int
+    args: tuple[str, ...]
+    steps: int
+    steady_from: int
+    timeout_s: int
+    dry_run: bool = False
+
+    def command(self, dump_folder: str) -> tuple[list[str], dict[str, str]]:
+        """The argv and the environment it adds, with the row's run folder."""
+        env = {"NGPU": str(self.ngpu), "CONFIG_FILE": f"train_configs/{self.config}.toml"}
+        if self.dry_run:
+            env["DRY_RUN"] = "1"
+        argv = [
+            "./run_train.sh",
+            "--training.steps",
+            str(self.steps),
+            *COMMON,
+            "--job.dump_folder",
+            dump_folder,
+        ]
+        return [*argv, *self.args], env
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    """``python -m bench.kernel_split`` (the standalone 1B step under torch.profiler)."""
+
+    name: str
+    args: tuple[str, ...]
+    timeout_s: int
+    section: str = "kernel split"
+    steps: dict = field(default_factory=lambda: {"warmup": 3, "timed": 5, "profiled": 2})
+
+    def command(self, json_path: str) -> tuple[list[str], dict[str, str]]:
+        step_args = [a for k, v in self.steps.items() for a in (f"--{k}", str(v))]
+        return ["-m", "bench.kernel_split", *self.args, *step_args, "--json", json_path], {}
+
+
+def scheme_args(config: str, scheme: str) -> tuple[str, ...]:
+    """``bench.rank_dry_run``'s overrides of ``scheme`` for ``train_configs/{config}.toml``."""
+    toml = tomllib.loads((ROOT / "train_configs" / f"{config}.toml").read_text())
+    return tuple(SCHEMES[scheme](toml))
+
+
+def dry(
+    config: str,
+    ngpu: int,
+    scheme: str,
+    timeout_s: int,
+    steps: int = 6,
+    extra: tuple[str, ...] = (),
+    label: str = "",
+) -> TrainRow:
+    """``config`` dry-run as rank 0 of ``ngpu`` under ``scheme``, the steps after the first two
+    (compilation, warm-up) steady; ``extra`` more overrides, named by ``label`` in the row's name
+    (a switch measured both ways: ``dry("7B", 16, "btp", 150, extra=(...), label="switch on")``)."""
+    args = (*scheme_args(config, scheme), *extra)
+    name = f"{config}@{ngpu} {scheme}" + (f" {label}" if label else "")
+    return TrainRow("rank dry run", name, config, ngpu, args, steps, 3, timeout_s, True)
+
+
+ROWS: tuple[TrainRow | KernelRow, ...] = (
+    dry("7B", 16, "btp", 150),
+    dry("7B", 16, "megatron", 150),
+    # the measured procedure: 12 steps, steps 6–12 steady (the first ones compile and warm up)
+    TrainRow("trainer", "1B CoLA", "1B", 1, (), 12, 6, 180),
+    TrainRow("trainer", "1B dense", "1B", 1, DENSE, 12, 6, 180),
+    dry("7B", 16, "vanilla", 150),
+    dry("3B", 8, "btp", 150),
+    dry("3B", 8, "vanilla", 150),
+    dry("3B", 8, "megatron", 150),
+    KernelRow("1B CoLA", ("--linear", "cola"), 150),
+    KernelRow("1B dense", ("--linear", "full"), 150),
+    dry("13B", 8, "btp", 240),
+    dry("30B", 16, "btp", 300),
+)

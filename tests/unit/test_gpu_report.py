@@ -1,0 +1,261 @@
+"""The GPU report's pieces on this CPU machine: log parsing and step-time arithmetic on real trainer logs,
+kernel classification on real profiler names, the busy-fraction arithmetic, the refusal without a GPU,
+and (slow) whole rows run through the report's runner, a refused and a timed-out one included.
+
+The logs under tests/data/logs/ are real runs on this machine (2026-11-26): ``trainer_debug_ngpu1.log``
+is ``NGPU=1 CONFIG_FILE=train_configs/debug.toml ./run_train.sh --training.steps 4 --metrics.log_freq 1
+--checkpoint.no-enable --validation.no-enable``; ``dry_run_debug_tp2_pp2.log`` the same config with
+``DRY_RUN=1 NGPU=8 --parallelism.tensor_parallel_degree 2 --parallelism.pipeline_parallel_degree 2
+--training.local_batch_size 4 --training.seq_len 128 --compile.no-enable``; ``refused_7B_tp3.log`` a
+preflight refusal; ``crash_no_module_ngpu1.log`` a rank that cannot start (``TRAIN_FILE`` naming no module).
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import pytest
+
+from bench import train_log
+from bench.gpu_busy import BusySampler, busy_fraction
+from bench.gpu_report import LEAST_S, Result, main, measure, run_rows, train_values
+from bench.gpu_report_markdown import render
+from bench.gpu_rows import ROWS, KernelRow, TrainRow
+from bench.kernel_split import KINDS, classify, split
+from bench.rank_dry_run import summarize
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+TRAINER = (DATA / "logs" / "trainer_debug_ngpu1.log").read_text()
+DRY_PP = (DATA / "logs" / "dry_run_debug_tp2_pp2.log").read_text()
+
+
+def test_trainer_log_steps_layout_and_startup():
+    steps = train_log.steps(TRAINER)
+    assert [s.step for s in steps] == [1, 2, 3, 4]
+    assert [s.tps for s in steps] == [223, 367, 560, 252]
+    assert [s.memory_gib for s in steps] == [0.89, 0.94, 0.94, 0.94]
+    assert all(s.mfu == 0.0 for s in steps)  # the debug model on a CPU: torchtitan prints 0.00%
+    shape = train_log.layout(TRAINER)
+    assert (shape.local_batch, shape.accumulation, shape.seq_len, shape.non_data_parallel) == (8, 1, 256, 1)
+    assert train_log.startup_line(TRAINER).startswith("imports 6.9 s, config 0.2 s, tokenizer 1.3 s")
+    assert train_log.startup_line(TRAINER).endswith("to step 1 18.2 s from process start")
+    assert train_log.precision(TRAINER) == "float32"
+
+
+def _logged_step_seconds(log: str) -> list[float]:
+    """Each step's seconds between consecutive step lines (the log's own clock, ms resolution)."""
+    steps = train_log.steps(log)
+    return [b.time - a.time for a, b in zip(steps, steps[1:])]
+
+
+@pytest.mark.parametrize("log", [TRAINER, DRY_PP], ids=["ngpu1", "tp2_pp2"])
+def test_step_seconds_from_tps_are_the_steps_between_log_lines(log):
+    """torchtitan's tps divides by tp·pp·cp: the step time undoes that division. Checked against the
+    log's timestamps; tps is printed rounded to an integer (≤ 2% at these tps ≥ 40) and a step line is
+    written a few ms after its step ends → within 3%."""
+    shape = train_log.layout(log)
+    from_tps = [train_log.step_seconds(s.tps, shape) for s in train_log.steps(log)[1:]]
+    for computed, logged in zip(from_tps, _logged_step_seconds(log)):
+        assert computed == pytest.approx(logged, rel=0.03)
+
+
+def test_rank_dry_run_step_time_is_the_steps_not_tp_pp_times_it():
+    shape = train_log.layout(DRY_PP)
+    assert shape.degrees["tp"] == 2 and shape.degrees["pp"] == 2 and shape.non_data_parallel == 4
+    row = summarize(DRY_PP)
+    steady = train_log.steps(DRY_PP)[2:]
+    assert row["tps"] == statistics.median(s.tps for s in steady) == 43.5  # steps 3, 4: 45 and 42
+    logged = statistics.median(_logged_step_seconds(DRY_PP)[1:])  # steps 3 and 4
+    assert row["step_s"] == pytest.approx(logged, rel=0.03)
+    old = shape.local_batch * shape.seq_len / row["tps"]  # seq·batch / tps: the formula before
+    assert old == pytest.approx(4 * row["step_s"])
+    assert row["layout"] == "tp2 pp2 fsdp2 cp1"
+
+
+def test_last_error_line_names_the_cause():
+    refused = (DATA / "logs" / "refused_7B_tp3.log").read_text()
+    assert train_log.last_error_line(refused).startswith(
+        "BOOST config error: parallelism = 'tp×pp×dp_replicate×cp = 3'"
+    )
+    crash = (DATA / "logs" / "crash_no_module_ngpu1.log").read_text()
+    # torchrun's ChildFailedError wraps the rank's failure: the rank's own line is the cause
+    assert train_log.last_error_line(crash).endswith("No module named torchtitan_ext.no_such_module")
+    assert train_log.last_error_line("") == "(no output)"
+
+
+def test_kernel_kinds_of_a_real_cpu_profile():
+    """Every op name of a real CPU profile of the debug CoLA step (bench.kernel_split --device cpu,
+    inductor) gets a kind; the ones that carry the split are where they belong."""
+    names = (DATA / "kernel_names_cpu_debug_cola.txt").read_text().split("\n")
+    kinds = {name: classify(name) for name in names if name}
+    assert set(kinds.values()) <= set(KINDS)
+    assert kinds["aten::mm"] == kinds["aten::bmm"] == "GEMM"
+    assert kinds["aten::_fused_adamw_"] == "optimizer"
+    assert kinds["aten::_scaled_dot_product_flash_attention_for_cpu_backward"] == "attention"
+    fused = [n for n in kinds if "cpp_fused" in n]
+    assert len(fused) > 10 and all(kinds[n] == "fused elementwise" for n in fused)
+    assert kinds["aten::fill_"] == kinds["aten::copy_"] == "other"
+
+
+@pytest.mark.parametrize(
+    "name, kind",
+    [  # kernel names as they appear in published H100/A100 profiles, and the 2026-11-26 measurement file
+        ("nvjet_tst_256x128_64x4_1x2_h_bz_coopA_NNT", "GEMM"),
+        (
+            "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_segment_k_o",
+            "GEMM",
+        ),
+        ("splitKreduce_kernel", "GEMM"),
+        ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_26_64x64x128_1x", "attention"),
+        ("void flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 128, 4, ...>>", "attention"),
+        ("fmha_cutlassF_bf16_aligned_64x128_rf_sm80", "attention"),
+        ("triton_poi_fused_add_mul_neg_select_select_backward_stack_transpose_view", "fused elementwise"),
+        ("triton_poi_fused_mul_stack_view", "fused elementwise"),
+        ("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0", "fused elementwise"),
+        ("triton_tem_fused_mm_0", "GEMM"),
+        (
+            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::(anonymous namespace)::"
+            "FusedOptimizerTensorListMetadata<4>, at::native::(anonymous namespace)::FusedAdamMathFunctor<float, 4>>",
+            "optimizer",
+        ),
+        ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>", "other"),
+        ("Memcpy HtoD (Pageable -> Device)", "other"),
+    ],
+)
+def test_kernel_kinds_of_gpu_names(name, kind):
+    assert classify(name) == kind
+
+
+def test_split_sums_by_kind():
+    times = [
+        ("aten::mm", 3.0),
+        ("graph_0_cpp_fused_mul_view_2", 2.0),
+        ("aten::mm", 1.0),
+        ("aten::fill_", 0.5),
+    ]
+    assert split(times) == {
+        "GEMM": 4.0,
+        "attention": 0.0,
+        "fused elementwise": 2.0,
+        "optimizer": 0.0,
+        "other": 0.5,
+    }
+
+
+def test_busy_fraction_over_the_window():
+    samples = [(10.0, 100.0), (10.1, 50.0), (10.2, 0.0), (10.3, 30.0), (10.4, 100.0)]
+    assert busy_fraction(samples, 10.0, 10.3) == (pytest.approx(80 / 3 / 100), 3)  # (start, end]
+    assert busy_fraction(samples, 9.0, 11.0) == (pytest.approx(0.56), 5)
+    assert busy_fraction(samples, 10.31, 10.39) is None
+
+
+def test_without_a_gpu_the_sampler_says_why():
+    with BusySampler() as sampler:
+        pass
+    assert sampler.samples == [] and sampler.error.startswith("NVML: ")
+
+
+def test_a_rows_figures_and_busy_window_from_a_real_log():
+    """The steady steps 3–4 of the tp2·pp2 dry run: tokens/s median 43.5, their step time, and the
+    busy samples taken after step 2's line up to step 4's (a sample at each step line's time, one
+    before the window and one after it that must not count)."""
+    row = TrainRow("rank dry run", "debug@8", "debug", 8, (), 4, 3, 100, True)
+    t = [s.time for s in train_log.steps(DRY_PP)]
+    samples = [(t[1], 0.0), (t[1] + 0.1, 40.0), (t[2], 60.0), (t[3], 80.0), (t[3] + 0.1, 0.0)]
+    v = train_values(row, DRY_PP, samples, None)
+    assert v["tps"] == 43.5 and v["tps_range"] == (42, 45) and v["steps"] == "4 (steady 3–4)"
+    assert v["busy"] == (pytest.approx(0.6), 3) and v["memory_gib"] == 0.63
+    assert v["step_s"] == pytest.approx(4 * 128 / (43.5 * 4))
+    failed = Result(ROWS[1], "failed", 1.0, "exit 1: torch.OutOfMemoryError: CUDA out of memory | x")
+    text = render([Result(row, "ok", 30.0, values=v), failed], "CPU", "x", "today", "cmd", 1, "cache")
+    assert (
+        "| debug@8 | tp2 pp2 fsdp2 cp1 | 4 (steady 3–4) | 44 (42–45) | 2.943 | 0.0–0.0 | 0.63 | 60% (3) |"
+        in text
+    )
+    assert "| 7B@16 megatron | **failed**: exit 1: torch.OutOfMemoryError: CUDA out of memory \\| x |" in text
+
+
+def test_without_a_gpu_it_refuses_in_one_line(capsys):
+    assert main([]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.strip().splitlines()) == 1 and "needs a CUDA GPU" in err
+
+
+def test_dry_check_lists_every_row_and_its_command(capsys):
+    assert main(["--dry-check"]) == 0
+    out = capsys.readouterr().out
+    names = [r.name for r in ROWS]
+    assert len(set(names)) == len(names) - 2  # "1B CoLA" and "1B dense" name a trainer and a kernel row
+    for config, ngpu in (("3B", 8), ("7B", 16)):
+        for scheme in ("btp", "vanilla", "megatron"):
+            assert f"rank dry run: {config}@{ngpu} {scheme}" in out
+    assert "NGPU=16 CONFIG_FILE=train_configs/30B.toml DRY_RUN=1 ./run_train.sh --training.steps 6" in out
+    assert "NGPU=1 CONFIG_FILE=train_configs/1B.toml ./run_train.sh --training.steps 12" in out
+    assert "--boost.linear full --boost.tp_scheme megatron" in out
+    assert "python -m bench.kernel_split --linear cola --warmup 3 --timed 5 --profiled 2" in out
+
+
+def test_rows_past_the_budget_are_not_run():
+    results = run_rows(list(ROWS), LEAST_S - 1, {})
+    assert [r.status for r in results] == ["not run"] * len(ROWS)
+    assert results[0].error == f"the {LEAST_S - 1} s budget was spent"
+
+
+@pytest.mark.slow
+def test_rows_run_fail_and_time_out_into_the_report():
+    """The report's runner on real rows at CPU size: one that runs (its figures parsed, no NVML
+    here so no busy figure), one refused, one past its timeout, one kernel split; none raises, and
+    the markdown shows each."""
+    tiny = ("--training.seq_len", "64", "--training.local_batch_size", "2", "--compile.no-enable")
+    ran = measure(TrainRow("trainer", "debug", "debug", 1, tiny, 3, 2, 300), 300)
+    assert ran.status == "ok", ran.error
+    assert ran.values["layout"] == "tp1 pp1 fsdp1 cp1" and ran.values["steps"] == "3 (steady 2–3)"
+    assert ran.values["step_s"] > 0 and ran.values["startup"].startswith("imports")
+    assert ran.values["busy"] is None and ran.values["busy_note"].startswith("NVML: ")
+    refused = measure(
+        TrainRow(
+            "rank dry run",
+            "7B@16 tp3",
+            "7B",
+            16,
+            ("--parallelism.tensor_parallel_degree", "3"),
+            2,
+            2,
+            300,
+            True,
+        ),
+        300,
+    )
+    assert refused.status == "failed" and "BOOST config error: parallelism" in refused.error
+    late = measure(TrainRow("rank dry run", "7B@16 late", "7B", 16, (), 2, 2, 300, True), 3)
+    assert late.status == "timed out" and late.error.startswith("after 3 s")
+    cpu_step = ("--device", "cpu", "--flavor", "debug", "--seq", "32", "--batch", "1", "--no-autocast")
+    kernels = measure(
+        KernelRow(
+            "debug",
+            (*cpu_step, "--compile-backend", "aot_eager"),
+            300,
+            steps={"warmup": 1, "timed": 1, "profiled": 1},
+        ),
+        300,
+    )
+    assert kernels.status == "ok", kernels.error
+    assert (
+        kernels.values["kernel_us_per_step"]["GEMM"] > 0
+        and kernels.values["kernel_us_per_step"]["optimizer"] > 0
+    )
+    text = render(
+        [ran, refused, late, kernels, Result(ROWS[-1], "not run", error="budget")],
+        "CPU",
+        "x",
+        "today",
+        "cmd",
+        1,
+        "cache",
+    )
+    assert "| debug | 3 (steady 2–3) |" in text
+    assert "| 7B@16 tp3 | **failed**: exit 2: BOOST config error" in text
+    assert "| 7B@16 late | **timed out**: after 3 s" in text
+    assert "| 30B@16 btp | **not run**: budget |" in text
+    assert "| 7B@16 btp: tokens/s per device | ≥ 15,800 | row not measured |" in text
