@@ -9,6 +9,10 @@ Called here (wrappers, so the rest of BOOST names no private attribute):
 - ``ConfigManager._dict_to_dataclass`` and ``ConfigManager._validate_config``: a TOML with no
   command-line overrides is parsed exactly as ``parse_args`` would (TOML → dataclass, then its
   checks) without building tyro's parser (0.2 s per call, on every rank).
+- ``ConfigManager._validate_config``, replaced for every later parse by
+  ``validate_offline_assets_quietly``: torchtitan warns that ``model.hf_assets_path`` does not exist
+  when it is BOOST's ``""`` (the offline tokenizer, no folder); its other checks stay. No public hook
+  runs between the parse and that check.
 - ``ParallelDims._global_meshes``: the data-parallel mesh dims at degree 1. ``get_mesh`` refuses a dim
   of size 1, and BOOST shards with FSDP2 over a degree of 1 so that its mixed-precision policy holds
   under TP/PP (``torchtitan_ext.infra.parallelize``); the size-1 dims exist, unflattened from the same
@@ -37,6 +41,7 @@ rather than torchtitan's ``_op_sac_save_list``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -58,6 +63,30 @@ def job_config_from_toml(config_cls: type, toml_values: dict[str, Any], config_f
     job.job.config_file = config_file
     manager._validate_config()
     return job
+
+
+def validate_offline_assets_quietly() -> None:
+    """torchtitan's config check from now on, given a folder that exists for ``model.hf_assets_path = ""``
+    (BOOST's offline tokenizer, no folder to look for): the rest of its checks run as they were."""
+    from torchtitan.config import ConfigManager
+
+    validate = ConfigManager._validate_config
+    if getattr(validate, "boost_offline_assets", False):
+        return
+
+    def _validate_config(self) -> None:
+        model = self.config.model
+        offline = model.hf_assets_path == "" and not model.tokenizer_path
+        if offline:
+            model.hf_assets_path = os.curdir
+        try:
+            validate(self)
+        finally:
+            if offline:
+                model.hf_assets_path = ""
+
+    _validate_config.boost_offline_assets = True
+    ConfigManager._validate_config = _validate_config
 
 
 def data_parallel_mesh(parallel_dims, names: list[str]):

@@ -25,9 +25,13 @@ from torchtitan_ext.guards.checkpoint_manager import BoostCheckpointManager
 from torchtitan_ext.guards.graceful_stop import GracefulStop
 from torchtitan_ext.guards.launcher_watch import end_with_launcher
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
+from torchtitan_ext.guards.step_hold import hold_at_step
 from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
+from torchtitan_ext.start_warnings import install as answer_start_warnings
 from torchtitan_ext.startup_clock import STARTUP
 from torchtitan_ext.train_spec import register_boost_train_spec
+
+answer_start_warnings()  # before torchtitan's main parses the job and starts the process group
 
 # How long ranks other than 0 wait, after a refusal, for torchrun to stop them once rank 0 has exited.
 _REFUSAL_GRACE_S = 30
@@ -92,6 +96,7 @@ class BoostTrainer(Trainer):
         # torchtitan asks this at every step boundary, after the step's own save and validation
         if self._start_step is None:
             self._start_step = self.step  # the loaded step: nothing new to save before the first step
+        hold_at_step(self.step)  # tests only (step_hold.HOLD_ENV): a signal lands at a known boundary
         if self.stop.agreed(self.step):
             self._stop_here()
             return False

@@ -15,6 +15,13 @@ What the authors' ``LOROAdamW.step`` + ``_loro_step`` + ``refresh_states`` do, s
 - After the step, if ``t`` is a multiple of ``refresh_freq`` (> 0): every moment is zeroed and its step
   count restarted (their ``refresh_states("all")``; their recipes refresh at every exact step).
 
+The cycle: an exact step fixes the new factors up to the sign of each column pair, and BOOST's signs
+need not be the authors' (their QR and SVD are LAPACK's). With a refresh after every exact step
+(``refresh_freq`` dividing ``loro_freq``: the default and their recipes) the rest of the run is blind to
+those signs and follows theirs. With moments kept across an exact step (``refresh_freq`` 0, or one that
+does not divide ``loro_freq``) the moments are of the old basis, do not follow a flipped sign, and the
+run parts from theirs after it; both are LORO, and BOOST's preflight says so in one line.
+
 State, all of it in ``state_dict()`` and so in a DCP checkpoint: per parameter ``step`` (an int),
 ``exp_avg`` and ``exp_avg_sq`` (laid out like the parameter, DTensors under FSDP2/TP, so they reshard);
 the position in the exact/refresh cycle is every group's ``updates``. The state exists from construction,
@@ -79,7 +86,8 @@ class LORO(torch.optim.Optimizer):
         model: a BOOST ``Transformer`` (or a pipeline stage of one), parallelised or not.
         lr, betas, eps, weight_decay: as the authors' ``LOROAdamW`` (their defaults).
         loro_freq: an exact step every this many steps, lazy steps between.
-        refresh_freq: zero every Adam moment every this many steps (0: never).
+        refresh_freq: zero every Adam moment every this many steps (0: never); a divisor of
+            ``loro_freq`` refreshes after every exact step, as the authors' recipes do.
         lr_scaler: the lazy step's learning-rate factor; negative means ``r / dim``.
     """
 

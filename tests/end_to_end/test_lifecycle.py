@@ -2,10 +2,13 @@
 
 The signalled runs go through ``run_train.sh`` (its launcher is what is signalled); the runs they are
 compared with, and the restarts, are the trainer's ranks alone (``tests/trainer.py``'s ``train``).
+Every signal lands where it means to: the ranks wait at a step boundary (``step_hold``) while the test
+signals, so what a run has done by then, and where it stops, is the same on any machine at any load.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -18,15 +21,29 @@ import pytest
 from tests.end_to_end.test_fault_tolerance import COMMON
 from tests.suite_once import once_per_suite
 from tests.trainer import ROOT, SMALL, losses, train
+from torchtitan_ext.guards.graceful_stop import _SAME_REQUEST_S
+from torchtitan_ext.guards.step_hold import HOLD_ENV
 
 STEPS = 24
-# the killed run's: killed after its step-3 checkpoint, it has 9 bigger steps to go (seconds)
-KILLED_STEPS = 12
+NGPU = 2
+STOPPING = "stopping at the next agreed step boundary"  # rank 0's line once it has taken a stop signal
+# A bound on waits that end on a state (a rank at its hold, a line, a process gone): reached only by a
+# run that hangs, never by a slow one (the suite's other runs are bounded alike, tests/trainer.py).
+HANG_GUARD_S = 600
 
 
-def _start(tmp_path: Path, folder: str, *overrides: str, steps: int = STEPS) -> tuple[subprocess.Popen, Path]:
-    """``run_train.sh`` at NGPU=2 in a session of its own (a terminal's job); console to a file."""
-    env = dict(os.environ, NGPU="2", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
+def _start(
+    tmp_path: Path, folder: str, *overrides: str, steps: int = STEPS, hold_after: int | None = None
+) -> tuple[subprocess.Popen, Path]:
+    """``run_train.sh`` at NGPU=2 in a session of its own (a terminal's job); console to a file. With
+    ``hold_after``, every rank waits after that step at its FIFO ``<tmp_path>/<folder>-hold.<rank>``."""
+    env = dict(
+        os.environ, NGPU=str(NGPU), PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache")
+    )
+    if hold_after is not None:
+        for rank in range(NGPU):
+            os.mkfifo(tmp_path / f"{folder}-hold.{rank}")
+        env[HOLD_ENV] = f"{hold_after}:{tmp_path / f'{folder}-hold'}"
     console = tmp_path / f"{folder}.console"
     cmd = [
         "./run_train.sh",
@@ -67,11 +84,38 @@ def _complete(folder: Path) -> set[int]:
     return {int(p.parent.name.split("-")[1]) for p in (folder / "checkpoint").glob("step-*/.metadata")}
 
 
-def _wait_for_step(proc: subprocess.Popen, folder: Path, step: int) -> None:
-    deadline = time.time() + 120
-    while step not in _complete(folder):
-        assert proc.poll() is None and time.time() < deadline, f"run ended before its step-{step} checkpoint"
+def _until(done, proc: subprocess.Popen, console: Path, what: str):
+    """Poll ``done()`` until it answers; fail at once if ``proc`` ends first (``HANG_GUARD_S`` for a hang)."""
+    guard = time.monotonic() + HANG_GUARD_S
+    while not (answer := done()):
+        assert proc.poll() is None, f"the run ended before {what}:\n{console.read_text()[-3000:]}"
+        assert time.monotonic() < guard, f"no {what} after {HANG_GUARD_S} s"
         time.sleep(0.05)
+    return answer
+
+
+def _held(tmp_path: Path, folder: str, proc: subprocess.Popen, console: Path) -> list[int]:
+    """Once every rank waits at its FIFO (``step_hold``): the FIFOs opened for writing. Until they are
+    closed, no rank moves on; closing them lets the run go on."""
+    held = []
+    for rank in range(NGPU):
+        fifo = tmp_path / f"{folder}-hold.{rank}"
+        held.append(_until(lambda fifo=fifo: _open_if_read(fifo), proc, console, f"rank {rank} at its hold"))
+    return held
+
+
+def _open_if_read(fifo: Path) -> int | None:
+    try:
+        return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno != errno.ENXIO:  # ENXIO: no reader yet
+            raise
+        return None
+
+
+def _release(held: list[int]) -> None:
+    for fd in held:
+        os.close(fd)
 
 
 def _alive(pids: list[int]) -> list[int]:
@@ -84,44 +128,39 @@ def _alive(pids: list[int]) -> list[int]:
     return [p for p in pids if running(p)]
 
 
-def _gone_within(pids: list[int], seconds: float) -> float:
-    start = time.time()
-    while _alive(pids) and time.time() - start < seconds:
+def _gone(pids: list[int]) -> None:
+    guard = time.monotonic() + HANG_GUARD_S
+    while _alive(pids):
+        assert time.monotonic() < guard, f"still running after {HANG_GUARD_S} s: {_alive(pids)}"
         time.sleep(0.05)
-    assert not _alive(pids), f"still running after {seconds} s: {_alive(pids)}"
-    return time.time() - start
 
 
 @pytest.mark.slow
 def test_sigkill_to_the_launcher_ends_its_ranks_and_the_run_resumes_at_one_process_on_the_same_curve(
     tmp_path,
 ):
-    # tp=2, bigger steps than the other tests (the kill must land while the run is still going), a
-    # checkpoint every step (one may be in flight at the kill)
-    big = ["--training.seq_len", "256", "--training.local_batch_size", "8"]
-    tp = ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1", *big]
-    proc, console = _start(tmp_path, "killed", *tp, "--checkpoint.interval", "1", steps=KILLED_STEPS)
-    _wait_for_step(proc, tmp_path / "killed", 3)
-    ranks = _descendants(proc.pid)
-    assert len(ranks) >= 2 and proc.poll() is None, "the run finished before it could be killed"
-    os.kill(proc.pid, signal.SIGKILL)  # the launcher alone: the ranks are in sessions of their own
-    proc.wait()
-    at_kill = _complete(tmp_path / "killed")
-    _gone_within(ranks, 5)
-    time.sleep(1)
-    # at most the save in flight at the kill completes (none does: SIGKILL lands mid-step)
-    assert _complete(tmp_path / "killed") <= at_kill | {max(at_kill) + 1}, console.read_text()[-3000:]
+    # tp=2, a checkpoint every step; killed while every rank waits after step 3, its checkpoint saved
+    tp = ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"]
+    proc, console = _start(tmp_path, "killed", *tp, "--checkpoint.interval", "1", hold_after=3)
+    held = _held(tmp_path, "killed", proc, console)
+    try:
+        ranks = _descendants(proc.pid)
+        assert len(ranks) >= 2, ranks
+        os.kill(proc.pid, signal.SIGKILL)  # the launcher alone: the ranks are in sessions of their own
+        proc.wait()
+        _gone(ranks)  # ended by the kernel with their launcher (PR_SET_PDEATHSIG)
+    finally:
+        _release(held)
+    assert max(_complete(tmp_path / "killed")) == 3, console.read_text()[-3000:]
 
     # resumed at 1 process: DCP reshards the tp=2 checkpoint (same data-parallel degree, same samples),
     # 3 steps on, against an uninterrupted tp=2 run to the same step (COMMON fixes the LR schedule's
     # length, so a run's --training.steps does not change it)
-    first = max(_complete(tmp_path / "killed")) + 1
-    assert 4 <= first < KILLED_STEPS
-    end = first + 2
+    first, end = 4, 6
     straight = losses(
         train(tmp_path, *COMMON, *tp, "--checkpoint.no-enable", ngpu=2, steps=end, folder="straight")
     )
-    log = train(tmp_path, *COMMON, *big, "--checkpoint.interval", "1", ngpu=1, steps=end, folder="killed")
+    log = train(tmp_path, *COMMON, "--checkpoint.interval", "1", ngpu=1, steps=end, folder="killed")
     resumed = losses(log)
     assert resumed, log[-3000:]
     assert f"Training starts at step {first}" in log and min(resumed) == first
@@ -146,20 +185,24 @@ def straight(tmp_path_factory) -> dict[int, float]:
 
 
 def _stopped_then_resumed(tmp_path, straight, send, check_every: int = 2) -> tuple[int, str, int]:
-    """Signal a run after its step-3 checkpoint with ``send(launcher_pid, rank_pids)``; return its exit code,
-    console, and the step it stopped at, and check that the restart lands on the uninterrupted curve."""
+    """Signal a run with ``send(launcher_pid, rank_pids)`` while its ranks wait after step 3 (its
+    checkpoint saved); return its exit code, console, and the step it stopped at, and check that the
+    restart lands on the uninterrupted curve."""
     # interval 3, agreement every 2 steps: the stop's checkpoint is one the interval would not write
     opts = ["--checkpoint.interval", "3", "--boost.stop_check_every", str(check_every)]
-    proc, console = _start(tmp_path, "stopped", *opts)
-    _wait_for_step(proc, tmp_path / "stopped", 3)
-    send(proc.pid, _descendants(proc.pid))
-    sent = time.time()
-    rc = proc.wait(timeout=60)
-    took = time.time() - sent
+    proc, console = _start(tmp_path, "stopped", *opts, hold_after=3)
+    held = _held(tmp_path, "stopped", proc, console)
+    try:
+        send(proc.pid, _descendants(proc.pid))
+        # rank 0 has the request before the ranks go on: the agreement after step 4 sees it
+        _until(lambda: STOPPING in console.read_text(), proc, console, "rank 0's stop line")
+    finally:
+        _release(held)
+    rc = proc.wait(timeout=HANG_GUARD_S)
     text = console.read_text()
     stopped = max(_complete(tmp_path / "stopped"))
-    assert 3 < stopped < STEPS and stopped % check_every == 0 and stopped % 3, text[-3000:]
-    assert took < 30, took
+    # the first agreed boundary after the signal, not a step later: the stop is as prompt as check_every
+    assert stopped == (3 // check_every + 1) * check_every and stopped % 3, text[-3000:]
 
     resumed = losses(train(tmp_path, *COMMON, *opts, ngpu=2, steps=STEPS, folder="stopped"))
     assert min(resumed) == stopped + 1
@@ -193,16 +236,21 @@ def test_ctrl_c_stops_cleanly_and_a_second_one_at_once(tmp_path, straight):
 
     # a stop that cannot reach its boundary (agreement every 1000 steps): the second Ctrl-C ends it
     proc, console = _start(
-        tmp_path, "twice", "--checkpoint.interval", "2", "--boost.stop_check_every", "1000"
+        tmp_path, "twice", "--checkpoint.interval", "2", "--boost.stop_check_every", "1000", hold_after=2
     )
-    _wait_for_step(proc, tmp_path / "twice", 2)
-    ranks = _descendants(proc.pid)
-    os.killpg(proc.pid, signal.SIGINT)
-    time.sleep(1.5)
-    before = _complete(tmp_path / "twice")
-    os.killpg(proc.pid, signal.SIGINT)
-    assert proc.wait(timeout=10) == 128 + signal.SIGINT
-    _gone_within(ranks, 5)
-    assert _complete(tmp_path / "twice") == before
+    held = _held(tmp_path, "twice", proc, console)
+    try:
+        ranks = _descendants(proc.pid)
+        before = _complete(tmp_path / "twice")  # held: no rank can save another
+        os.killpg(proc.pid, signal.SIGINT)
+        _until(lambda: STOPPING in console.read_text(), proc, console, "rank 0's stop line")
+        # the rank took the first signal before its line: from here on a second one is a second request
+        time.sleep(_SAME_REQUEST_S)
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=HANG_GUARD_S) == 128 + signal.SIGINT
+        _gone(ranks)
+    finally:
+        _release(held)
+    assert _complete(tmp_path / "twice") == before == {2}
     # torchrun turns the second Ctrl-C into SIGTERM for its ranks
     assert "stopped at once, without a checkpoint" in console.read_text()

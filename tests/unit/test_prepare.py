@@ -10,9 +10,11 @@ finished files; every bad input is refused with its one exact line, or counted u
 
 from __future__ import annotations
 
+import errno
 import gzip
 import itertools
 import json
+import os
 import random
 import signal
 import subprocess
@@ -31,6 +33,7 @@ from boost.data.offline_tokenizer import ensure_stdlib_tokenizer
 from boost.data.prepare.cli import main
 from boost.data.prepare.holdout import holds_out
 from boost.data.prepare.preparer import prepare_corpus
+from boost.data.prepare.worker_pool import HOLD_ENV
 from boost.data.stdlib_corpus import read_stdlib_file, stdlib_files
 from boost.data.token_folder import MANIFEST, TokenSplit, read_manifest
 from boost.hf_folder import write_tokenizer
@@ -171,6 +174,25 @@ def test_validation_split_is_disjoint_and_decided_by_the_text(prepared, corpus, 
 # ----------------------------------------------------------------------------- resume
 
 
+def _open_once_read(fifo: Path, process: subprocess.Popen) -> int:
+    """Open ``fifo`` for writing once a reader holds it (a worker at its hold); fail if ``process`` ends first.
+
+    The wait ends on a state, the worker's or the process's, whatever the machine's speed; the bound is
+    a hang guard alone (a prepare of four tiny files reaches its hold in seconds)."""
+    hang_guard = time.monotonic() + 600
+    while True:
+        try:
+            return os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO while no reader has it open
+        except OSError as e:
+            if e.errno != errno.ENXIO:
+                raise
+        if process.poll() is not None:
+            stdout, stderr = process.communicate()
+            pytest.fail(f"the prepare ended (exit {process.returncode}) before its hold: {stdout}{stderr}")
+        assert time.monotonic() < hang_guard, "the prepare never reached its hold"
+        time.sleep(0.01)
+
+
 @pytest.mark.slow
 def test_ctrl_c_says_one_line_and_a_rerun_finishes_the_same_bytes(tmp_path, tokenizer_folder):
     texts = stdlib_documents(60)
@@ -181,12 +203,20 @@ def test_ctrl_c_says_one_line_and_a_rerun_finishes_the_same_bytes(tmp_path, toke
     out = tmp_path / "tokens"
     command = [sys.executable, "-m", "boost.data.prepare", "--tokenizer", str(tokenizer_folder)]
     command += ["--input", str(corpus), "--output", str(out), "--workers", "1"]
-    process = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while not list((out / ".prepare").glob("done-*.json")) and time.monotonic() < deadline:
-        time.sleep(0.02)
-    process.send_signal(signal.SIGINT)
-    stdout, stderr = process.communicate(timeout=60)
+    # the one worker waits at this FIFO after each file: held open here, the prepare stops after its
+    # first file, and the Ctrl-C lands with exactly one file done and three to go
+    hold = tmp_path / "hold"
+    os.mkfifo(hold)
+    env = dict(os.environ, **{HOLD_ENV: str(hold)})
+    process = subprocess.Popen(
+        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    held = _open_once_read(hold, process)
+    try:
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=600)  # a hang guard: the stop takes a second
+    finally:
+        os.close(held)
     assert (process.returncode, stdout) == (130, "")
     assert (
         stderr

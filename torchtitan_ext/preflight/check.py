@@ -29,9 +29,9 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from boost.config_error import ConfigError, refuse
-from boost.rules import SHARD_LOCAL_NORM_WARNING, norm_is_shard_local
 from torchtitan_ext.preflight.config_types import check_instance
 from torchtitan_ext.preflight.job_rules import JobContext, broken_rule
+from torchtitan_ext.preflight.job_warnings import JobWarning, job_warnings
 from torchtitan_ext.preflight.read import BOOST_CONFIG_MODULE, ReadJob, as_dict, load_toml, read_job
 from torchtitan_ext.torchtitan_private import job_config_from_toml, merged_job_config_class
 
@@ -45,6 +45,8 @@ __all__ = [
     "preflight_mark",
     "world_size_from_env",
 ]
+
+_PACKAGE = Path(__file__).resolve().parents[1]  # torchtitan_ext: the warnings BOOST raises itself
 
 # Set by the launcher for the ranks it starts: the job it checked (``preflight_mark``).
 PREFLIGHT_MARK_ENV = "BOOST_PREFLIGHT_PASSED"
@@ -84,22 +86,39 @@ def check_values(job: ReadJob, world_size: int | None = None) -> int:
 
 def preflight(argv: list[str], world_size: int | None = None) -> SimpleNamespace:
     """The check before any process starts: ``argv`` read (``read_job``), the rules, the input files,
-    the warnings, and the run folder and checkpoint it would resume from; the job's values.
+    the run folder and checkpoint it would resume from, then the warnings; the job's values.
 
     Everything before the run folder's check imports neither torch nor torchtitan; that check loads
     torch (checkpoint metadata), and torchtitan only where a checkpoint's model is compared with the
     job's (whose vocabulary is the tokenizer's, as torchtitan loads it). ``ConfigError`` for a bad job,
     ``CheckpointRefused`` / ``RunFolderInUse`` (``SystemExit``s with the message) for a run folder
-    that must not be resumed or is in use."""
+    that must not be resumed or is in use. A job that passes gets its warnings (``job_warnings``, and
+    those of the input files' checks) on stderr, one line each, before any work."""
     job = read_job(argv)
     if job.help_asked:
         _print_help(argv)
-    world_size = check_values(job, world_size)
-    _check_built_job(job.values, world_size)
-    from torchtitan_ext.guards.checkpoint_guard import check_resume  # the checkpoint reader needs torch
+    with _warnings_one_line_each():
+        world_size = check_values(job, world_size)
+        check_input_files(job.values, world_size)
+        from torchtitan_ext.guards.checkpoint_guard import check_resume  # the checkpoint reader needs torch
 
-    check_resume(job.values)
+        check_resume(job.values)
+        _warn(job.values, world_size)
     return job.values
+
+
+@contextlib.contextmanager
+def _warnings_one_line_each():
+    """The warnings raised inside, said once it ends without a refusal: BOOST's own (``JobWarning``s,
+    the input checks') one line each, ``BOOST warning: <message>``; any other as Python shows it."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        yield
+    for said in caught:
+        if issubclass(said.category, JobWarning) or Path(said.filename).is_relative_to(_PACKAGE):
+            print(f"BOOST warning: {said.message}", file=sys.stderr, flush=True)
+        else:
+            warnings.showwarning(said.message, said.category, said.filename, said.lineno)
 
 
 def check_job(argv: list[str], world_size: int | None = None):
@@ -186,8 +205,15 @@ def check_config(job, world_size: int) -> None:
 def _check_built_job(job, world_size: int) -> None:
     """What a job whose values passed the rules still needs: its input files, and the warnings."""
     check_input_files(job, world_size)
-    if norm_is_shard_local(job.boost.norm, job.boost.tp_scheme, job.parallelism.tensor_parallel_degree):
-        warnings.warn(SHARD_LOCAL_NORM_WARNING, stacklevel=3)
+    _warn(job, world_size)
+
+
+def _warn(job, world_size: int) -> None:
+    """``job_warnings`` as ``JobWarning``s; here the device is this machine's (the ranks' on one node)."""
+    from torchtitan_ext.cpu import on_cpu  # torch's device probe: after the checks that need no torch
+
+    for message in job_warnings(job, world_size, on_cpu()):
+        warnings.warn(message, JobWarning, stacklevel=3)
 
 
 def check_input_files(job, world_size: int) -> None:

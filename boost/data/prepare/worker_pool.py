@@ -10,6 +10,11 @@ bad input ends the pool the same way, its message raised as ``BadInput``; a work
 (killed, out of memory) raises ``WorkerDied`` naming the file it was preparing. A worker dies with
 its parent (``PR_SET_PDEATHSIG`` on Linux): after a ``kill -9`` of the prepare, no orphan goes on
 writing the folder (or holding its lock) while a re-run writes it too.
+
+For tests, ``HOLD_ENV`` names a FIFO at which a worker waits after each file it finished (and
+recorded): it opens the FIFO for reading, which returns once the test has opened it for writing, and
+reads to its end, which comes when the test closes it. A test that holds the FIFO open knows how many
+files are done and that the prepare cannot finish: a signal it sends then lands in a known state.
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ from collections.abc import Callable
 from boost.data.prepare.document_reader import BadInput
 from boost.data.prepare.file_job import FileJob, prepare_file
 from boost.data.prepare.resume_state import FileRecord
+
+HOLD_ENV = "BOOST_PREPARE_HOLD_FIFO"
 
 
 class WorkerDied(RuntimeError):
@@ -56,6 +63,15 @@ def _work(tasks: multiprocessing.Queue, events: multiprocessing.Queue, threads: 
             events.put(("error", traceback.format_exc()))
             return
         events.put(("done", record))
+        _hold_between_files()
+
+
+def _hold_between_files() -> None:
+    """Wait at the test's FIFO, if one is named (``HOLD_ENV``), until the test lets go of it."""
+    fifo = os.environ.get(HOLD_ENV)
+    if fifo:
+        with open(fifo, "rb") as held:
+            held.read()
 
 
 def run_file_jobs(

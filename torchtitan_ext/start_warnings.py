@@ -1,0 +1,108 @@
+"""The warnings torchtitan's start prints that cannot apply to a BOOST run, each answered at its cause.
+
+A rank's log should hold no warning a user cannot act on. ``install`` (the entry point calls it, before
+torchtitan's ``main``) removes, each where it arises:
+
+- ``HF assets path  does not exist!``: torchtitan checks that ``model.hf_assets_path`` is a folder, and
+  BOOST's ``""`` is no folder but the offline tokenizer (``torchtitan_ext.data.tokenizer``); its check is
+  given a folder that exists for that value alone (``torchtitan_private.validate_offline_assets_quietly``).
+- ``ENV[TORCH_NCCL_ASYNC_ERROR_HANDLING] = 1 will be overridden to 3``: torchrun puts NCCL's variable in
+  every worker's environment and torchtitan overrides it, saying so. Without an accelerator the backend
+  is gloo, which reads no NCCL variable: the rank drops it before torchtitan's ``init_distributed``.
+- ``In CPU autocast, but the target dtype is not supported`` (one process or DDP) and ``Mixed precision
+  training with TP or PP is only supported when FSDP/HSDP/CP is enabled`` (TP/PP): torchtitan sets up
+  ``training.mixed_precision_param`` without asking whether it is float32, which needs no mixed
+  precision at all; a float32 job without FSDP gets no autocast (which torch's CPU autocast would
+  disable, warning) and no word about it.
+- ``'set_vital' is deprecated``: torchdata's ``StatefulDataLoader`` calls torch's ``set_vital``, a
+  no-op since torch 2.13 that warns on lookup; ignored for torchdata's call alone.
+- ``Error running lspci``: torchtitan's peak-FLOPs lookup runs ``lspci`` to tell H100 variants apart.
+  Where there is none, the device name torch reports tells them apart as well (``NVIDIA H100 PCIe``,
+  ``NVIDIA H100 NVL``, ``NVIDIA H100 80GB HBM3``), and the lookup falls back to it without the probe.
+  On a CPU, ``torchtitan_ext.cpu`` answers the lookup itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import types
+import warnings
+from collections.abc import Callable, Iterator
+
+# torchelastic's default for its NCCL workers (torch.distributed.elastic.agent.server.local_elastic_agent)
+NCCL_ERROR_HANDLING_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+
+
+def install() -> None:
+    """Answer each cause (module docstring); idempotent. Imports torchtitan."""
+    from torchtitan_ext.cpu import on_cpu
+    from torchtitan_ext.torchtitan_private import validate_offline_assets_quietly
+
+    validate_offline_assets_quietly()
+    warnings.filterwarnings(
+        "ignore", message="'set_vital' is deprecated", category=UserWarning, module=r"torchdata\."
+    )
+    _no_float32_autocast()
+    if on_cpu():
+        os.environ.pop(NCCL_ERROR_HANDLING_ENV, None)
+    else:
+        _peak_flops_without_missing_lspci()
+
+
+def _no_float32_autocast() -> None:
+    import torchtitan.distributed.utils as dist_utils
+
+    amp = dist_utils.maybe_enable_amp
+    if getattr(amp, "boost_no_float32_autocast", False):
+        return
+
+    def maybe_enable_amp(parallel_dims, mixed_precision_param: str, device_type: str):
+        if mixed_precision_param == "float32" and not parallel_dims.fsdp_enabled:
+            return contextlib.nullcontext()  # float32 is what computes without autocast
+        return amp(parallel_dims, mixed_precision_param, device_type)
+
+    maybe_enable_amp.boost_no_float32_autocast = True
+    dist_utils.maybe_enable_amp = (
+        maybe_enable_amp  # torchtitan's trainer calls it as dist_utils.maybe_enable_amp
+    )
+
+
+def _peak_flops_without_missing_lspci() -> None:
+    import torchtitan.tools.utils as utils
+
+    if getattr(utils.get_peak_flops, "boost_no_missing_lspci", False):
+        return
+    peak_flops = peak_flops_without_missing_lspci(utils.get_peak_flops, utils)
+    peak_flops.boost_no_missing_lspci = True
+    # the trainer and the metrics processor call it as utils.get_peak_flops: the module's attribute
+    utils.get_peak_flops = peak_flops
+
+
+def peak_flops_without_missing_lspci(
+    lookup: Callable[[str], float], lookup_module: types.ModuleType
+) -> Callable[[str], float]:
+    """torchtitan's ``lookup`` (``get_peak_flops``, defined in ``lookup_module``), with ``lspci`` run only
+    where there is one: elsewhere its probe answers nothing and the lookup reads the device name."""
+
+    def peak_flops(device_name: str) -> float:
+        if shutil.which("lspci") is not None:
+            return lookup(device_name)
+        with _lspci_answers_nothing(lookup_module):
+            return lookup(device_name)
+
+    return peak_flops
+
+
+@contextlib.contextmanager
+def _lspci_answers_nothing(module: types.ModuleType) -> Iterator[None]:
+    def run(args, **kwargs) -> subprocess.CompletedProcess:
+        return subprocess.CompletedProcess(args, 0, stdout="")
+
+    module.subprocess = types.SimpleNamespace(run=run, PIPE=subprocess.PIPE)
+    try:
+        yield
+    finally:
+        module.subprocess = subprocess
