@@ -38,7 +38,8 @@ real trainer (``torchtitan_ext.train.BoostTrainer``) and reports:
   copies (none on a CPU; ``Memcpy DtoH`` where a GPU runs it).
 
 ``--baseline DIR`` runs each scheme in DIR too (``PYTHONPATH=DIR``, DIR's ``train_configs``), alternating
-with this checkout, so both sit in one run of the machine; the table gives the ratios.
+with this checkout, so both sit in one run of the machine; the table gives the ratios. ``--reps N``
+runs each N times, interleaved: the times are the medians over the runs (the counts repeat).
 """
 
 from __future__ import annotations
@@ -316,6 +317,7 @@ def main() -> None:
     p.add_argument(
         "--baseline", type=Path, help="another checkout measured beside this one (e.g. /work/main)"
     )
+    p.add_argument("--reps", type=int, default=1, help="fresh processes per checkout and scheme, interleaved")
     p.add_argument("--steps", type=int, default=11, help="steps per run (1: compile, 2: counted eagerly)")
     p.add_argument("--profile-step", type=int, default=7, help="the ordinary step profiled (not timed)")
     p.add_argument("--log-freq", type=int, default=10, help="metrics.log_freq (the 7B TOML's 10)")
@@ -332,23 +334,31 @@ def main() -> None:
     rows: list[tuple[str, dict]] = []
     by_tree: dict[Path, dict[str, dict]] = {t: {} for t in trees}
     for scheme in a.schemes:
+        runs: dict[Path, list[dict]] = {t: [] for t in trees}
+        for _ in range(a.reps):
+            for tree in trees:
+                r = measure(tree, scheme, a.steps, a.profile_step, a.log_freq, a.overrides)
+                runs[tree].append(r)
+                print(
+                    f"{_label(tree)} {scheme}: {r['step_ms']:.0f} ms, {r['ops']:,.0f} tiny ops, {r['dispatches']:,} "
+                    f"dispatches ({r['top_level']:,} top-level), {r['graphs']} graphs, {r['syncs']} syncs "
+                    f"(tiny op {r['tiny_us']:.2f} µs; steady {r['steady_ms']})",
+                    flush=True,
+                )
+                if a.top:
+                    print("   ", r["top_ops"], flush=True)
         for tree in trees:
-            r = measure(tree, scheme, a.steps, a.profile_step, a.log_freq, a.overrides)
+            # counts repeat run to run; times are the median over the runs
+            r = dict(runs[tree][-1])
+            r["step_ms"] = statistics.median(x["step_ms"] for x in runs[tree])
+            r["ops"] = statistics.median(x["ops"] for x in runs[tree])
             by_tree[tree][scheme] = r
             rows.append((_label(tree), r))
-            print(
-                f"{_label(tree)} {scheme}: {r['step_ms']:.0f} ms, {r['ops']:,.0f} tiny ops, {r['dispatches']:,} "
-                f"dispatches ({r['top_level']:,} top-level), {r['graphs']} graphs, {r['syncs']} syncs "
-                f"(tiny op {r['tiny_us']:.2f} µs; steady {r['steady_ms']})",
-                flush=True,
-            )
-            if a.top:
-                print("   ", r["top_ops"], flush=True)
     rows.sort(key=lambda lr: (SCHEMES.index(lr[1]["scheme"]), lr[0] != _label(trees[0])))
     lines = [
         f"## {datetime.date.today()}: {', '.join(_label(t) for t in trees)}",
         "",
-        "`python -m bench.host_step"
+        f"`python -m bench.host_step --reps {a.reps}"
         + (f" --baseline {a.baseline}" if a.baseline else "")
         + (f" -- {' '.join(a.overrides)}`" if a.overrides else "`"),
         "",
