@@ -290,23 +290,25 @@ def measure(tree: Path, scheme: str, steps: int, profile_step: int, log_freq: in
     return json.loads(lines[-1].removeprefix("HOST_STEP "))
 
 
+def _cell(r: dict, base: dict | None, key: str, fmt: str) -> str:
+    text = format(r[key], fmt)
+    return f"{text} (÷{base[key] / r[key]:.2f})" if base is not None else text
+
+
 def table(rows: list[tuple[str, dict]], ratios_to: dict[str, dict] | None) -> list[str]:
+    """Rows of the markdown table; beside a checkout's row, each figure as before/after (``ratios_to``)."""
     head = (
         "| checkout | scheme | step ms | step in tiny ops | dispatches | top-level dispatches"
         " | graph calls (fwd/bwd/other) | host syncs |"
     )
     out = [head, "|---|---|---|---|---|---|---|---|"]
     for label, r in rows:
-        ratio = ""
         base = (ratios_to or {}).get(r["scheme"])
-        if base is not None and base is not r:
-            ratio = f" ({base['ops'] / r['ops']:.2f}× fewer)"
+        base = base if base is not r else None
         out.append(
-            f"| {label} | {r['scheme']} | {r['step_ms']:.0f} | {r['ops']:,.0f}{ratio} | {r['dispatches']:,}"
-            + (f" ({base['dispatches'] / r['dispatches']:.2f}× fewer)" if ratio else "")
-            + f" | {r['top_level']:,}"
-            + (f" ({base['top_level'] / r['top_level']:.2f}× fewer)" if ratio else "")
-            + f" | {r['graphs']} ({r['graphs_fwd']}/{r['graphs_bwd']}/{r['graphs_other']}) | {r['syncs']} |"
+            f"| {label} | {r['scheme']} | {_cell(r, base, 'step_ms', '.0f')} | {_cell(r, base, 'ops', ',.0f')} | "
+            f"{_cell(r, base, 'dispatches', ',')} | {_cell(r, base, 'top_level', ',')} | "
+            f"{r['graphs']} ({r['graphs_fwd']}/{r['graphs_bwd']}/{r['graphs_other']}) | {r['syncs']} |"
         )
     return out
 
