@@ -39,9 +39,12 @@ def _copies(g: DTensor) -> int:
 def total_grad_norm(grads: list[torch.Tensor]) -> torch.Tensor:
     """The 2-norm of all of ``grads`` (DTensors or plain tensors) over every rank of their meshes, fp32.
 
+    Plain tensors are one rank's whole gradients (nothing to reduce); DTensors are reduced over their mesh.
+
     Example::
 
-        >>> total_grad_norm([p.grad for p in model.parameters() if p.grad is not None])
+        >>> total_grad_norm([torch.ones(3), torch.full((4,), 2.0)])  # √(3 + 16)
+        tensor(4.3589)
     """
     # (mesh or None, copies, device, dtype) -> local tensors; a mesh of None: plain, unreduced tensors
     groups: dict[tuple, list[torch.Tensor]] = defaultdict(list)
