@@ -12,11 +12,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 import torchtitan.train as titan_train
+from torchtitan.components.loss import IGNORE_INDEX
+from torchtitan.distributed import utils as dist_utils
 from torchtitan.tools.logging import logger
 from torchtitan.train import Trainer, main
 
+from boost.parallel.grad_norm import clip_grads_with_norm_, local_grad_norm_applies, total_grad_norm
 from boost.process_exit import exit_finished_process
 from boost.rules import MODEL_NAME
 from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, prepare_resume
@@ -84,13 +89,94 @@ class BoostTrainer(Trainer):
     def train_step(self, data_iterator) -> None:
         self.metrics_processor.step_begins(self.step)  # which steps the communication counter watches
         if self._first_step_done:
-            super().train_step(data_iterator)
+            self._train_step(data_iterator)
             return
         STARTUP.begin("step 1")
-        super().train_step(data_iterator)
+        self._train_step(data_iterator)
         STARTUP.end("step 1")
         self._first_step_done = True
         logger.info(STARTUP.line())
+
+    def _train_step(self, data_iterator) -> None:
+        """torchtitan 0.2.2's ``Trainer.train_step`` with no host sync but the log step's: the global
+        count of valid tokens stays on the device (torchtitan reads it with ``.item()`` every step,
+        which stops the host until the device has run everything queued before it), and the gradient
+        norm is taken and clipped on the gradients' local shards (``boost.parallel.grad_norm``: one
+        foreach norm and one collective, where torch's DTensor path propagates shardings per parameter)."""
+        self.optimizers.zero_grad()
+        lr = self.lr_schedulers.schedulers[0].get_last_lr()[0]
+        parallel_dims = self.parallel_dims
+
+        microbatches = []
+        local_valid_tokens = torch.tensor(0, dtype=torch.int64)
+        for _ in range(self.gradient_accumulation_steps):
+            input_dict, labels = next(data_iterator)
+            local_valid_tokens += (labels != IGNORE_INDEX).sum()
+            microbatches.append((input_dict, labels))
+        local_valid_tokens = local_valid_tokens.to(self.device)
+        if parallel_dims.dp_enabled:
+            batch_mesh = parallel_dims.get_mesh("batch")
+            global_valid_tokens = funcol.all_reduce(local_valid_tokens, "sum", batch_mesh).float()
+        else:
+            global_valid_tokens = local_valid_tokens.float()
+
+        accumulated_losses = []
+        for input_dict, labels in microbatches:
+            for k, v in input_dict.items():
+                if isinstance(v, torch.Tensor):
+                    input_dict[k] = v.to(self.device)
+            loss = self.forward_backward_step(
+                input_dict=input_dict, labels=labels.to(self.device), global_valid_tokens=global_valid_tokens
+            )
+            accumulated_losses.append(loss.detach())
+
+        grad_norm = self._clip_grad_norm()
+        self.checkpointer.maybe_wait_for_staging()
+        self.optimizers.step()
+        self.lr_schedulers.step()
+        loss = torch.sum(torch.stack(accumulated_losses))
+
+        if not self.metrics_processor.should_log(self.step):
+            return
+        if parallel_dims.dp_cp_enabled:  # as torchtitan: see Trainer.train_step
+            loss = loss.detach()
+            loss_mesh = parallel_dims.get_optional_mesh("loss")
+            local_avg_loss = loss * global_valid_tokens / local_valid_tokens
+            global_avg_loss, global_max_loss, global_ntokens_seen = (
+                dist_utils.dist_sum(loss, loss_mesh),
+                dist_utils.dist_max(local_avg_loss, loss_mesh),
+                dist_utils.dist_sum(
+                    torch.tensor(self.ntokens_seen, dtype=torch.int64, device=self.device), loss_mesh
+                ),
+            )
+        else:
+            global_avg_loss = global_max_loss = loss.detach().item()
+            global_ntokens_seen = self.ntokens_seen
+        self.metrics_processor.log(
+            self.step,
+            global_avg_loss,
+            global_max_loss,
+            grad_norm.item(),
+            extra_metrics={"n_tokens_seen": global_ntokens_seen, "lr": lr},
+        )
+
+    def _clip_grad_norm(self) -> torch.Tensor:
+        """torchtitan's ``clip_grad_norm_`` (the norm over every rank, pipeline stages included), on
+        local shards where ``boost.parallel.grad_norm`` applies, torchtitan's own elsewhere."""
+        params = [p for m in self.model_parts for p in m.parameters()]
+        grads = [p.grad for p in params if p.grad is not None]
+        max_norm, pp_mesh = self.job_config.training.max_norm, self.parallel_dims.get_optional_mesh("pp")
+        if self.parallel_dims.ep_enabled or not local_grad_norm_applies(grads, 2.0):
+            return dist_utils.clip_grad_norm_(
+                params, max_norm, foreach=True, pp_mesh=pp_mesh, ep_enabled=self.parallel_dims.ep_enabled
+            )
+        total = total_grad_norm(grads)
+        if pp_mesh is not None:
+            total = total.square()
+            dist.all_reduce(total, op=dist.ReduceOp.SUM, group=pp_mesh.get_group())
+            total = total.sqrt()
+        clip_grads_with_norm_(grads, max_norm, total)
+        return total
 
     def should_continue_training(self) -> bool:
         # torchtitan asks this at every step boundary, after the step's own save and validation
