@@ -33,12 +33,12 @@ import torch
 CHUNK = 1 << 18
 
 MASK32 = 0xFFFFFFFF
-_M1 = 0x7FEB352D  # lowbias32's multipliers; the second, 0x846CA68B ≥ 2^31, as its twin ≡ mod 2^32
+_M1 = 0x7FEB352D  # lowbias32's multipliers; the second (0x846CA68B ≥ 2^31) as its negative twin mod 2^32
 _M2 = 0x846CA68B - (1 << 32)
 
 
 def key_words(name: str, seed: int) -> tuple[int, int, int, int]:
-    """The four 32-bit key words of a named matrix under ``seed`` (blake2b: any two names differ)."""
+    """The four 32-bit key words of a named matrix under ``seed``: 128 bits of blake2b."""
     digest = hashlib.blake2b(f"{seed}/{name}".encode(), digest_size=16).digest()
     return tuple(int.from_bytes(digest[i : i + 4], "little") for i in range(0, 16, 4))
 
