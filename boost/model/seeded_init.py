@@ -1,33 +1,31 @@
-"""Layout-independent random init that draws only this rank's shard.
+"""Layout-independent random init that draws only this rank's shard, on the shard's device.
 
 Every randomly initialised weight is a function of its canonical name, the seed and the *global*
 element index alone, so the initial model is bit-identical for every parallel layout and for
-grouped vs ungrouped projections — and a rank draws only what it holds:
+grouped vs ungrouped projections — and a rank draws only what it holds, where it holds it:
 
-    part          [R, C]          one named factor (``layers.3.attention.q.A``), std · N(0, 1)
-    tile (i, j)   [256, 256]      a fixed block of the part, drawn from its own generator,
-                                  seeded by (name, seed, tile index): counter-based
+    part          [R, C]          one named factor (``layers.3.attention.q.A``), std · N(0, 1);
+                                  a vector [C] is one row
+    element (i, j)                std · z(key, i, j): a counter-based normal (``keyed_normal``),
+                                  key = blake2b(seed, name), no generator state
     shard         rows × cols     this rank's box of the global tensor (DTensor placements);
-                                  the rank draws the tiles that overlap it, nothing else
+                                  the rank computes exactly the box's elements, in chunks,
+                                  on the parameter's device
 
 At 7B on 16 ranks a rank draws ~1/16 of the model instead of all of it.
 A parameter may be several parts concatenated along dim 0 (grouped ``A_qkv = [A_q; A_k; A_v]``)
-or stacked (batched ``B [G, d_out, r]``); each part keeps the tiles of its own shape.
+or stacked (batched ``B [G, d_out, r]``); each part keeps the coordinates of its own shape.
 """
 
 from __future__ import annotations
 
-import hashlib
-import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
-# Tile edge: shards at real scale are multiples of 256 on both dims (d/t/fsdp, r/fsdp), so a rank
-# draws no more than it holds there; smaller tiles would multiply the per-tile Python overhead.
-TILE = 256
+from boost.model.keyed_normal import fill_keyed_normal, key_words
 
 
 @dataclass(frozen=True)
@@ -76,7 +74,7 @@ def shard_box(param: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 @torch.no_grad()
 def fill_seeded(param: torch.Tensor, parts: SeededPart | Sequence[SeededPart], seed: int) -> None:
-    """Fill this rank's shard of ``param`` with its seeded values.
+    """Fill this rank's shard of ``param`` with its seeded values, drawn on the shard's device.
 
     ``parts`` lie along dim 0 of ``param``'s global shape, in order: a part with as many dims as
     ``param`` is concatenated, one with a dim fewer is stacked (takes one index of dim 0).
@@ -101,57 +99,27 @@ def fill_seeded(param: torch.Tensor, parts: SeededPart | Sequence[SeededPart], s
         lo, hi = max(start, row0), min(start + extent, row1)
         if lo < hi:
             if extent == 1 and len(part.shape) == len(shape) - 1:
-                block = draw_region(part, seed, rest).unsqueeze(0)
+                fill_region(local[lo - row0], part, seed, rest)
             else:
-                block = draw_region(part, seed, [slice(lo - start, hi - start), *rest])
-            local[lo - row0 : hi - row0].copy_(block)
+                fill_region(local[lo - row0 : hi - row0], part, seed, [slice(lo - start, hi - start), *rest])
         start += extent
 
 
-def draw_region(part: SeededPart, seed: int, region: Sequence[slice]) -> torch.Tensor:
-    """``part``'s seeded values on ``region`` (slices of its global shape), float64, on the CPU.
-
-    Drawn on the CPU whatever the ambient device (``with torch.device("cuda")``): the generator is a
-    CPU one, and the values must not depend on the device; the caller copies them to the parameter's.
-    """
-    out = torch.empty([s.stop - s.start for s in region], dtype=torch.float64, device="cpu")
-    if out.numel() == 0:
-        return out
-    tile = _tile_shape(part.shape)
-    grid = [math.ceil(n / t) for n, t in zip(part.shape, tile)]
-    base = _base_seed(part.key, seed)
-    gen = torch.Generator()
-    for index in itertools.product(
-        *(range(s.start // t, math.ceil(s.stop / t)) for s, t in zip(region, tile))
-    ):
-        lo = [i * t for i, t in zip(index, tile)]
-        hi = [min(l + t, n) for l, t, n in zip(lo, tile, part.shape)]
-        # mt19937 takes 32 bits of its seed: consecutive tiles of a part get consecutive seeds, so
-        # they never share a stream; two parts' seed ranges overlap by chance, ~(parts·tiles)/2^32
-        # (1e-2 at 30B), which would repeat one tile: harmless for training.
-        gen.manual_seed((base + _ravel(index, grid)) % 2**32)
-        values = torch.randn(
-            [h - l for l, h in zip(lo, hi)], generator=gen, dtype=torch.float64, device="cpu"
-        )
-        a = [max(l, s.start) for l, s in zip(lo, region)]
-        b = [min(h, s.stop) for h, s in zip(hi, region)]
-        out[tuple(slice(x - s.start, y - s.start) for x, y, s in zip(a, b, region))] = values[
-            tuple(slice(x - l, y - l) for x, y, l in zip(a, b, lo))
-        ]
-    return out.mul_(part.std)
+def fill_region(out: torch.Tensor, part: SeededPart, seed: int, region: Sequence[slice]) -> None:
+    """Write ``part``'s seeded values on ``region`` (slices of its global shape) into ``out`` (a view
+    of the region's shape, any dtype), computed on ``out``'s device whatever the ambient one."""
+    if len(part.shape) not in (1, 2):
+        raise ValueError(f"seeded init: part {part.key} {part.shape} is not a vector or a matrix")
+    rows, cols = (range(0, 1), region[0]) if len(part.shape) == 1 else region
+    view = out.unsqueeze(0) if len(part.shape) == 1 else out
+    key = key_words(part.key, seed)
+    fill_keyed_normal(view, key, range(rows.start, rows.stop), range(cols.start, cols.stop), part.std)
 
 
-def _tile_shape(shape: Sequence[int]) -> list[int]:
-    # tiles span the last two dims; leading dims (if any) one index at a time
-    return [1] * (len(shape) - 2) + [TILE] * min(2, len(shape))
-
-
-def _ravel(index: Sequence[int], grid: Sequence[int]) -> int:
-    flat = 0
-    for i, n in zip(index, grid):
-        flat = flat * n + i
-    return flat
-
-
-def _base_seed(key: str, seed: int) -> int:
-    return int.from_bytes(hashlib.blake2b(f"{seed}/{key}".encode(), digest_size=8).digest(), "little")
+def draw_region(
+    part: SeededPart, seed: int, region: Sequence[slice], device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """``part``'s seeded values on ``region`` (slices of its global shape), float32, on ``device``."""
+    out = torch.empty([s.stop - s.start for s in region], dtype=torch.float32, device=device)
+    fill_region(out, part, seed, region)
+    return out
