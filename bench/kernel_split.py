@@ -5,9 +5,8 @@
 
 The step is the standalone one of the 2026-11-26 H100 measurements: a ``boost.Transformer`` of
 ``ModelArgs.from_flavor(flavor, linear=…, vocab_size=32000, max_seq_len=seq)`` built on meta, each block
-``torch.compile(fullgraph=True)``, fused AdamW, bf16 autocast, no activation checkpointing. Its values
-are drawn on the device (a kernel's time does not depend on them; ``--init seeded``: the trainer's
-seeded init, drawn on the CPU, tens of seconds at 1B). ``--warmup`` steps (compilation), ``--timed``
+``torch.compile(fullgraph=True)``, fused AdamW, bf16 autocast, no activation checkpointing, the trainer's
+seeded init (drawn on the device). ``--warmup`` steps (compilation), ``--timed``
 steps timed between device syncs (the step's wall time, median), then torch.profiler over
 ``--profiled`` steps: every GPU kernel's device time, classified by name (:func:`classify`). On a CPU
 the profiler's ops stand in for kernels (each op's self time; inductor's C++ kernels recorded by
@@ -73,7 +72,6 @@ def profile_step(
     profiled: int,
     backend: str,
     autocast: bool,
-    init: str = "device",
 ) -> dict:
     """Build, compile and run the step; its wall time and the profiled kernels' times (µs per step)."""
     import torch
@@ -82,7 +80,6 @@ def profile_step(
     from torch.profiler import ProfilerActivity, profile
 
     from boost import ModelArgs, Transformer
-    from boost.model.model import rope_cache
 
     if device == "cpu":
         import torch._inductor.config as inductor_config
@@ -92,17 +89,7 @@ def profile_step(
     with torch.device("meta"):
         model = Transformer(args)
     model.to_empty(device=device)
-    if init == "seeded":
-        model.init_weights(buffer_device=torch.device(device), seed=0)
-    else:  # values drawn where they live: a kernel's time does not depend on them
-        torch.manual_seed(0)
-        with torch.no_grad():
-            for param in model.parameters():
-                if param.ndim == 1:  # norm weights
-                    param.fill_(1.0)
-                else:
-                    param.normal_(0.0, param.shape[-1] ** -0.5)
-            model.rope = rope_cache(args.head_dim, args.max_seq_len, args.rope_theta).to(device)
+    model.init_weights(buffer_device=torch.device(device), seed=0)
     for layer_id, block in model.layers.named_children():
         model.layers.register_module(layer_id, torch.compile(block, backend=backend, fullgraph=True))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
@@ -165,12 +152,6 @@ def main() -> None:
     p.add_argument("--profiled", type=int, default=2)
     p.add_argument("--compile-backend", default="inductor")
     p.add_argument("--no-autocast", action="store_true", help="fp32 (bf16 GEMMs are slow on a CPU)")
-    p.add_argument(
-        "--init",
-        default="device",
-        choices=["device", "seeded"],
-        help="device: drawn on the device (seconds); seeded: the trainer's seeded init (drawn on the CPU)",
-    )
     p.add_argument("--json", type=Path, help="write the result here")
     a = p.parse_args()
     result = profile_step(
@@ -184,7 +165,6 @@ def main() -> None:
         a.profiled,
         a.compile_backend,
         not a.no_autocast,
-        a.init,
     )
     text = json.dumps(result, indent=1)
     if a.json:
