@@ -27,6 +27,7 @@ from torchtitan_ext.guards.launcher_watch import end_with_launcher
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
 from torchtitan_ext.startup_clock import STARTUP
+from torchtitan_ext.torch_private import fill_fake_collective_outputs
 from torchtitan_ext.train_spec import register_boost_train_spec
 
 # How long ranks other than 0 wait, after a refusal, for torchrun to stop them once rank 0 has exited.
@@ -66,6 +67,8 @@ class BoostTrainer(Trainer):
                 # rank 0, perhaps before it printed, so the others wait to be stopped with it.
                 time.sleep(_REFUSAL_GRACE_S)
             raise SystemExit(2) from None
+        if job_config.comm.mode == "fake_backend":  # a dry run: outputs defined on every torch
+            fill_fake_collective_outputs()
         super().__init__(job_config)
         records = self.checkpointer.enable and job_config.model.name == MODEL_NAME
         self.checkpointer = BoostCheckpointManager.adopt(
