@@ -23,10 +23,11 @@ type hint only.
 
 The fake process group (``dist.Backend.FAKE``, a dry run's): on torch 2.11 its reduce-scatters, gathers,
 scatters and all-to-alls return with their outputs as allocated (torch ≥ 2.13 fills them from the local
-inputs, as if every rank held the same data). ``fill_fake_collective_outputs`` gives the 2.11 backend
-those semantics: ``Backend._plugins["FAKE"]``, the registry entry ``init_process_group("fake")`` reads
-(no public API replaces a registered backend), then builds each fake group as ``FakeProcessGroup`` wrapped
-by a ``torch.distributed.ProcessGroup`` subclass whose collectives fill their outputs.
+inputs, as if every rank held the same data). ``fill_fake_collective_outputs`` gives the reduce-scatters
+BOOST issues those semantics on every torch (no public API replaces a registered backend, and a Python
+``ProcessGroup`` cannot override ``_reduce_scatter_base``): it wraps ``torch.distributed``'s and the
+functional collectives' reduce-scatter, resolving a functional group with ``funcol._resolve_group_name``
+and ``distributed_c10d._resolve_process_group``. BOOST issues no gather, scatter or all-to-all.
 """
 
 from __future__ import annotations
@@ -106,26 +107,27 @@ def reinitialize_on_switch(schedule: _PipelineSchedule, training: bool, last_tra
 def fill_fake_collective_outputs() -> None:
     """From now on, a reduce-scatter on a fake process group (a dry run's) fills its output as torch ≥ 2.13's
     fake backend does: this rank's chunk of its input, as if every rank held the same data. torch 2.11's
-    leaves the output as allocated (the gradients FSDP2 reduce-scatters come out NaN or inf), and no
-    public API replaces a registered backend: ``torch.distributed``'s reduce-scatter functions, which
-    FSDP2 calls, are wrapped. Idempotent, and a real process group passes through untouched."""
+    leaves the output as allocated (FSDP2's gradients, Megatron's sequence-parallel activations came out
+    NaN), and no public API replaces a registered backend: the Python functions that issue
+    reduce-scatters are wrapped, ``torch.distributed``'s (FSDP2 calls them) and the functional
+    collectives' (DTensor's redistribution). Idempotent; a real process group passes through untouched."""
     import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
 
     if getattr(dist.reduce_scatter_tensor, "_boost_fills_fake", False):
         return
     reduce_scatter_tensor, reduce_scatter = dist.reduce_scatter_tensor, dist.reduce_scatter
+    functional_reduce_scatter = funcol.reduce_scatter_tensor
 
     def fake(group) -> bool:
         return dist.get_backend(group) == dist.Backend.FAKE
 
-    @torch.no_grad()
-    def fill_tensor(output: torch.Tensor, input: torch.Tensor, group) -> None:
-        output.copy_(input.reshape(dist.get_world_size(group), -1)[dist.get_rank(group)].view_as(output))
-
     def reduce_scatter_tensor_filled(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
         work = reduce_scatter_tensor(output, input, op=op, group=group, async_op=async_op)
         if fake(group):
-            fill_tensor(output, input, group)
+            with torch.no_grad():
+                rank, size = dist.get_rank(group), dist.get_world_size(group)
+                output.copy_(input.reshape(size, -1)[rank].view_as(output))
         return work
 
     def reduce_scatter_filled(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False):
@@ -135,10 +137,22 @@ def fill_fake_collective_outputs() -> None:
                 output.copy_(input_list[dist.get_rank(group)])
         return work
 
-    for wrapper, original in (
-        (reduce_scatter_tensor_filled, reduce_scatter_tensor),
-        (reduce_scatter_filled, reduce_scatter),
+    def functional_reduce_scatter_filled(self, reduceOp, scatter_dim, group, tag=""):
+        output = functional_reduce_scatter(self, reduceOp, scatter_dim, group, tag)
+        process_group = dist.distributed_c10d._resolve_process_group(funcol._resolve_group_name(group, tag))
+        if not fake(process_group):
+            return output
+        output = funcol.wait_tensor(output)
+        with torch.no_grad():
+            rank, size = dist.get_rank(process_group), dist.get_world_size(process_group)
+            output.copy_(self.chunk(size, dim=scatter_dim)[rank])
+        return output
+
+    for module, wrapper, original in (
+        (dist, reduce_scatter_tensor_filled, reduce_scatter_tensor),
+        (dist, reduce_scatter_filled, reduce_scatter),
+        (funcol, functional_reduce_scatter_filled, functional_reduce_scatter),
     ):
         wrapper.__wrapped__ = original
         wrapper._boost_fills_fake = True
-        setattr(dist, original.__name__, wrapper)
+        setattr(module, original.__name__, wrapper)
