@@ -6,6 +6,8 @@ and the overrides) and run_train.sh's environment: ``NGPU`` (processes on this n
 rank runs, ``torchtitan_ext.train``), ``LOG_RANK`` (the ranks shown on the console, ``0``) and
 ``LOG_DIR`` (every rank's output kept in files). In order:
 
+0. The installed torch against the supported range (``torchtitan_ext.torch_range``, from its
+   metadata: torch is not imported): outside it, one line naming both, exit 2.
 1. The preflight (``torchtitan_ext.preflight.preflight``). A value that does not parse, a broken
    rule or a bad input file is refused before torch is imported, a refused checkpoint or a held run
    folder after it: one line, exit 2, and no process started.
@@ -33,7 +35,12 @@ ALLOC_CONF = "expandable_segments:True"
 
 def main(argv: list[str]) -> int:
     from torchtitan_ext.preflight.check import PREFLIGHT_MARK_ENV, preflight, preflight_mark, process_count
+    from torchtitan_ext.torch_range import torch_version_problem
 
+    problem = torch_version_problem()
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     dry_run = os.environ.get("DRY_RUN", "0") == "1"
     try:
         ngpu = process_count(os.environ.get("NGPU", "1"))

@@ -34,6 +34,7 @@ from torchtitan_ext.guards.step_hold import hold_at_step
 from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
 from torchtitan_ext.start_warnings import install as answer_start_warnings
 from torchtitan_ext.startup_clock import STARTUP
+from torchtitan_ext.torch_private import fill_fake_collective_outputs
 from torchtitan_ext.train_spec import register_boost_train_spec
 
 answer_start_warnings()  # before torchtitan's main parses the job and starts the process group
@@ -75,6 +76,8 @@ class BoostTrainer(Trainer):
                 # rank 0, perhaps before it printed, so the others wait to be stopped with it.
                 time.sleep(_REFUSAL_GRACE_S)
             raise SystemExit(2) from None
+        if job_config.comm.mode == "fake_backend":  # a dry run: outputs defined on every torch
+            fill_fake_collective_outputs()
         super().__init__(job_config)
         records = self.checkpointer.enable and job_config.model.name == MODEL_NAME
         self.checkpointer = BoostCheckpointManager.adopt(

@@ -73,8 +73,16 @@ def test_the_profiled_row_is_supported():
     assert PROFILED_ROW in {row.name for row in SUPPORTED}
 
 
+# the compatibility tier's pipeline run (.ci/compat): 1F1B over pp 2 × tp 2, on every end of the torch range
+COMPAT_ROW = "btp-eager-ac_lowrank-pp×tp"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("row", SUPPORTED, ids=lambda r: r.name)
+@pytest.mark.parametrize(
+    "row",
+    [pytest.param(r, marks=[pytest.mark.compat] if r.name == COMPAT_ROW else []) for r in SUPPORTED],
+    ids=lambda r: r.name,
+)
 def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_path: Path):
     ngpu = LAYOUTS[row.layout][0]
     # the loss lives on the last pipeline stage: ranks 2 and 3 of pp=2 × tp=2

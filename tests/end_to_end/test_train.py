@@ -13,6 +13,7 @@ from tests.trainer import losses, train
 
 
 @pytest.mark.slow
+@pytest.mark.compat
 def test_default_job_trains_and_writes_checkpoints_and_tensorboard(default_run):
     # (that a second start resumes onto the same curve: test_checkpoint_identity.py's resume test)
     straight = default_run.losses
@@ -36,6 +37,7 @@ def _close(a: dict[int, float], b: dict[int, float], rtol: float) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.compat
 def test_one_process_checkpoint_resumes_as_fsdp_and_fsdp_times_tp_on_one_curve(default_run, tmp_path):
     # 1 process -> fsdp=2 and -> fsdp=2 x tp=2: DCP reshards model and optimizer; the data position
     # cannot follow a new data-parallel degree, so both restart their data shards (and warn). Both

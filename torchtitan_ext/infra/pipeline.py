@@ -4,7 +4,7 @@
 count and fqn split, each model part parallelised by ``parallelize_fn``, then one ``StaticShapeStage`` per
 part and one schedule over them.
 
-Static shapes. Left to itself, torch 2.13's ``PipelineStage`` learns what crosses a stage boundary at
+Static shapes. Left to itself, torch's ``PipelineStage`` learns what crosses a stage boundary at
 the first step: it runs one micro-batch forward and backward and sends the shapes to the neighbours
 (``send/recv_object_list``). BOOST knows them from the config, so each stage is given them
 (``input_args`` / ``output_args`` as meta tensors) and the schedule starts from them:
@@ -21,18 +21,16 @@ the first step: it runs one micro-batch forward and backward and sends the shape
                     ``training.dtype`` (torchtitan runs no autocast under PP)
 
 Validation runs the same schedule on micro-batches of ``validation.local_batch_size /
-n_microbatches`` × ``validation.seq_len``: the stage holds a second set of shapes for it.
+n_microbatches`` × ``validation.seq_len``: the stage holds a second set of shapes for it, and
+``PerTokenSchedule`` hands each stage the set of the pass it runs.
 
 A dry run (``--comm.mode fake_backend``: one process as rank 0 of NGPU, a process group that
 delivers nothing) needs this: no shape message ever arrives there. ``DryRunStage`` covers the two
 other things a stage receives there (torch's start-up vote, the activations and gradients).
 
-torch 2.13 has no public hook for two shape sets per stage, nor for a vote no peer answers; the
-private names used, for an upgrade to check: ``PipelineStage._user_meta`` (built with
-``pipelining._utils._StageMeta`` / ``extract_tensor_metas``, as its constructor does), and
-``_prepare_forward_infra`` / ``_prepare_backward_infra`` / ``_warmup_backward_result`` (overridden),
-``args_recv_info`` / ``grad_recv_info`` (the receive buffers), and ``schedules._PipelineSchedule`` (a type
-hint only).
+torch has no public hook for two shape sets per stage, nor for a vote no peer answers, and its stage
+API moved between 2.11 and 2.13: every private name this needs is bridged in ``torchtitan_ext.torch_private``
+(its docstring lists them), the one module that names torch's private API.
 
 Per-token loss. torchtitan 0.2.2's pipeline schedules back-propagate the *summed* cross-entropy of
 each microbatch, while the non-pipelined trainer divides by the step's global token count before
@@ -55,12 +53,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.distributed.pipelining import PipelineStage
-from torch.distributed.pipelining._utils import _StageMeta, extract_tensor_metas
 from torch.distributed.pipelining.schedules import (
     PipelineScheduleMulti,
     ScheduleDualPipeV,
     ScheduleZBVZeroBubble,
-    _PipelineSchedule,
     get_schedule_class,
 )
 from torch.distributed.tensor import DTensor, Shard
@@ -73,14 +69,22 @@ from torchtitan.tools.logging import logger
 
 from boost.rules import SCHEMES, linear_kind, pipeline_stage_count, pipeline_stages_problem
 from torchtitan_ext.infra.parallelize import fsdp_wraps
+from torchtitan_ext.torch_private import (
+    PipelineSchedule,
+    forward_shapes,
+    reinitialize_on_switch,
+    stage_shapes,
+    static_stage_arguments,
+    use_stage_shapes,
+)
 
 
 class StaticShapeStage(PipelineStage):
     """A ``PipelineStage`` given its boundary tensors for training and for validation.
 
     ``training`` / ``validation``: ``(inputs, outputs)`` example tensors (meta device) of one
-    micro-batch. torch keeps one set of static shapes per stage; the schedule re-initialises its
-    stages when it switches between ``step`` and ``eval``, and this stage swaps its set then.
+    micro-batch. torch keeps one set of static shapes per stage; ``PerTokenSchedule`` hands the stage
+    the set of the pass it runs (``use``), and the schedule re-initialises its stages on a switch.
     """
 
     def __init__(
@@ -100,44 +104,36 @@ class StaticShapeStage(PipelineStage):
             stage_index,
             num_stages,
             device,
-            input_args=inputs,
-            output_args=outputs,
-            input_grads=tuple(_grad_of(x) for x in inputs),
-            # the last stage's logits get no gradient from a next stage: the loss is taken here
-            output_grads=tuple(None if last else _grad_of(y) for y in outputs),
             group=group,
+            **static_stage_arguments(inputs, outputs, last),
         )
-        self._training_meta = self._user_meta
-        # no backward in validation: torch needs no gradient shapes then, DTensors included
-        self._validation_meta = _StageMeta(
-            inputs=extract_tensor_metas(validation[0]), outputs=extract_tensor_metas(validation[1])
-        )
+        self._shapes = {True: stage_shapes(self), False: forward_shapes(*validation)}
 
-    def _prepare_forward_infra(self, num_microbatches, args, kwargs=None, has_backward=False):
-        self._user_meta = self._training_meta if has_backward else self._validation_meta
-        return super()._prepare_forward_infra(num_microbatches, args, kwargs, has_backward)
+    def use(self, training: bool) -> None:
+        """Allocate for training (``True``) or validation micro-batches from the next initialisation on."""
+        use_stage_shapes(self, self._shapes[training])
 
 
 class DryRunStage(StaticShapeStage):
     """A ``StaticShapeStage`` on the fake process group of a dry run, where no message ever arrives.
 
     Two things would come from the neighbours there. torch's start-up vote on whether every stage
-    has static shapes reads as "no" (the received flag stays 0): every stage was built by this code,
-    as this one was, so the answer is "yes". And the received activations and gradients would be
-    whatever memory the buffers were allocated on (a garbage grad_norm, or a NaN that stops the
-    step): they are zeroed once, and nothing overwrites them.
+    has static shapes (torch ≥ 2.13) reads as "no" (the received flag stays 0): every stage was built
+    by this code, as this one was, so the answer is "yes". And the received activations and gradients
+    would be whatever memory the buffers were allocated on (a garbage grad_norm, or a NaN that stops
+    the step): they are zeroed once, and nothing overwrites them.
     """
 
     def _warmup_backward_result(self, received_result=None):
         return torch.ones_like(super()._warmup_backward_result(received_result))
 
-    def _prepare_forward_infra(self, num_microbatches, args, kwargs=None, has_backward=False):
-        out = super()._prepare_forward_infra(num_microbatches, args, kwargs, has_backward)
+    def _prepare_forward_infra(self, *args, **kwargs):
+        out = super()._prepare_forward_infra(*args, **kwargs)
         _zero_buffers(self.args_recv_info)
         return out
 
-    def _prepare_backward_infra(self, num_microbatches, *args, **kwargs):
-        out = super()._prepare_backward_infra(num_microbatches, *args, **kwargs)
+    def _prepare_backward_infra(self, *args, **kwargs):
+        out = super()._prepare_backward_infra(*args, **kwargs)
         _zero_buffers(self.grad_recv_info)
         return out
 
@@ -146,12 +142,8 @@ class DryRunStage(StaticShapeStage):
 def _zero_buffers(recv_info: dict) -> None:
     for infos in recv_info.values():
         for info in infos:
-            if info.buffer is not None:
+            if getattr(info, "buffer", None) is not None:
                 info.buffer.zero_()
-
-
-def _grad_of(x: torch.Tensor) -> torch.Tensor | None:
-    return torch.empty_like(x, requires_grad=False) if x.requires_grad else None
 
 
 def stage_examples(
@@ -224,20 +216,28 @@ class PerTokenSchedule:
         self.loss_fn = loss_fn
         self.batches_per_step = batches_per_step
         self.tokens = 1.0  # the step's global token count, set where the target is (the last stage's ranks)
-        self.schedule: _PipelineSchedule = build_pipeline_schedule(job_config, stages, self._loss_per_token)
+        self.stages = stages
+        self.schedule: PipelineSchedule = build_pipeline_schedule(job_config, stages, self._loss_per_token)
+        self._last_training: bool | None = None
 
     def _loss_per_token(self, pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return self.loss_fn(pred, labels) / self.tokens
 
     def step(self, *args, target: torch.Tensor | None = None, losses: list | None = None, **kwargs) -> Any:
-        return self._run_per_token(self.schedule.step, args, kwargs, target, losses)
+        return self._run_per_token(True, args, kwargs, target, losses)
 
     def eval(self, *args, target: torch.Tensor | None = None, losses: list | None = None, **kwargs) -> Any:
-        return self._run_per_token(self.schedule.eval, args, kwargs, target, losses)
+        return self._run_per_token(False, args, kwargs, target, losses)
 
     def _run_per_token(
-        self, run: Callable, args: tuple, kwargs: dict, target: torch.Tensor | None, losses: list | None
+        self, training: bool, args: tuple, kwargs: dict, target: torch.Tensor | None, losses: list | None
     ) -> Any:
+        for stage in self.stages:
+            if isinstance(stage, StaticShapeStage):
+                stage.use(training)
+        reinitialize_on_switch(self.schedule, training, self._last_training)
+        self._last_training = training
+        run: Callable = self.schedule.step if training else self.schedule.eval
         if target is not None:
             self.tokens = float(int((target != IGNORE_INDEX).sum()) * self.batches_per_step)
         out = run(*args, target=target, losses=losses, **kwargs)

@@ -1,0 +1,39 @@
+"""What torch_private bridges across the supported torch range, on the torch this suite runs (the
+compatibility tier runs it on each end): a dry run's fake process group gives every reduce-scatter a
+defined output, this rank's chunk of its input, as torch ≥ 2.13's fake backend does."""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+from torch.distributed.device_mesh import init_device_mesh
+from torch.testing._internal.distributed.fake_pg import FakeStore
+
+from torchtitan_ext.torch_private import fill_fake_collective_outputs
+
+WRAPPED = ((dist, "reduce_scatter_tensor"), (dist, "reduce_scatter"), (funcol, "reduce_scatter_tensor"))
+
+
+def test_fake_reduce_scatters_fill_their_outputs_with_this_ranks_chunk():
+    originals = [getattr(module, name) for module, name in WRAPPED]
+    dist.init_process_group("fake", store=FakeStore(), rank=2, world_size=4)
+    try:
+        fill_fake_collective_outputs()
+        fill_fake_collective_outputs()  # idempotent: wrapped once
+        assert [getattr(m, n).__wrapped__ for m, n in WRAPPED] == originals
+        x = torch.arange(4 * 6, dtype=torch.float32).reshape(4, 6)
+        out = torch.full((6,), float("nan"))
+        dist.reduce_scatter_tensor(out, x.flatten())
+        assert torch.equal(out, x[2])
+        out = torch.full((6,), float("nan"))
+        dist.reduce_scatter(out, list(x))
+        assert torch.equal(out, x[2])
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))  # rank 2: tp rank 0
+        y = torch.arange(3 * 4, dtype=torch.float32).reshape(3, 4)
+        got = funcol.wait_tensor(funcol.reduce_scatter_tensor(y, "sum", 1, (mesh, 1)))
+        assert torch.equal(got, y[:, :2])
+    finally:
+        dist.destroy_process_group()
+        for (module, name), original in zip(WRAPPED, originals, strict=True):
+            setattr(module, name, original)

@@ -1,0 +1,158 @@
+"""Every private torch name BOOST uses, in one place, with why no public way exists and where it moved
+within the supported range (``pyproject.toml``: torch 2.11 to 2.14).
+
+torch rewrote ``torch.distributed.pipelining``'s stage between 2.11 and 2.13; BOOST's stages
+(``torchtitan_ext.infra.pipeline``) are given their boundary tensors (static shapes: a dry run's fake
+process group delivers no shape message), and hold a second set for validation. Two stage APIs, told
+apart by what torch has (``STAGE_META``), not by its version number:
+
+- torch ≥ 2.13 (``pipelining._utils._StageMeta``): the stage's static metadata is ``PipelineStage._user_meta``,
+  a ``_StageMeta`` built by ``extract_tensor_metas`` as the constructor builds it; the constructor takes
+  ``input_grads`` / ``output_grads`` (required for static DTensor boundaries with a backward), and
+  the schedule re-initialises its stages itself when it switches between ``step`` and ``eval``.
+- torch 2.11: the stage's static shapes are ``PipelineStage.inputs_meta`` and ``_outputs_meta`` (no
+  gradient shapes: they are the tensors' own), and a schedule initialises its stages once
+  (``_stage_forward_initialized`` / ``_stage_backward_initialized``, ``_stages_…`` for a multi-stage
+  schedule): switching between training and validation shapes re-opens them here.
+
+Overridden elsewhere, both APIs (``torchtitan_ext.infra.pipeline.DryRunStage``): ``_prepare_forward_infra``
+and ``_prepare_backward_infra`` (their receive buffers ``args_recv_info`` / ``grad_recv_info`` zeroed on a
+dry run, where nothing is ever received), and on torch ≥ 2.13 ``_warmup_backward_result`` (torch's
+start-up vote on static shapes, which no peer answers there). ``schedules._PipelineSchedule`` is a
+type hint only.
+
+The fake process group (``dist.Backend.FAKE``, a dry run's): on torch 2.11 its reduce-scatters, gathers,
+scatters and all-to-alls return with their outputs as allocated (torch ≥ 2.13 fills them from the local
+inputs, as if every rank held the same data). ``fill_fake_collective_outputs`` gives the reduce-scatters
+BOOST issues those semantics on every torch (no public API replaces a registered backend, and a Python
+``ProcessGroup`` cannot override ``_reduce_scatter_base``): it wraps ``torch.distributed``'s and the
+functional collectives' reduce-scatter, resolving a functional group with ``funcol._resolve_group_name``
+and ``distributed_c10d._resolve_process_group``. BOOST issues no gather, scatter or all-to-all.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.pipelining import _utils as pipelining_utils
+from torch.distributed.pipelining.schedules import _PipelineSchedule
+
+# torch ≥ 2.13: PipelineStage holds _StageMeta records and takes gradient shapes
+STAGE_META: bool = hasattr(pipelining_utils, "_StageMeta")
+
+PipelineSchedule = _PipelineSchedule  # the base of every schedule class (a type hint)
+
+
+def static_stage_arguments(
+    inputs: tuple[torch.Tensor, ...], outputs: tuple[torch.Tensor, ...], last: bool
+) -> dict[str, Any]:
+    """``PipelineStage``'s keywords that give it its boundary tensors (meta ``inputs`` / ``outputs`` of one
+    micro-batch), so that it infers no shape at run time. The last stage's outputs get no gradient
+    from a next stage: the loss is taken there."""
+    if not STAGE_META:
+        return {"input_args": inputs, "output_args": outputs}
+    return {
+        "input_args": inputs,
+        "output_args": outputs,
+        "input_grads": tuple(_grad_of(x) for x in inputs),
+        "output_grads": tuple(None if last else _grad_of(y) for y in outputs),
+    }
+
+
+def _grad_of(x: torch.Tensor) -> torch.Tensor | None:
+    return torch.empty_like(x, requires_grad=False) if x.requires_grad else None
+
+
+def stage_shapes(stage) -> Any:
+    """The boundary shapes ``stage`` holds now, as torch holds them (to be given back by ``use_stage_shapes``)."""
+    if STAGE_META:
+        return stage._user_meta
+    return stage.inputs_meta, stage._outputs_meta
+
+
+def forward_shapes(inputs: tuple[torch.Tensor, ...], outputs: tuple[torch.Tensor, ...]) -> Any:
+    """Boundary shapes for a forward-only pass (validation: no gradient shapes), in ``stage_shapes``'s form."""
+    if STAGE_META:
+        return pipelining_utils._StageMeta(
+            inputs=pipelining_utils.extract_tensor_metas(inputs),
+            outputs=pipelining_utils.extract_tensor_metas(outputs),
+        )
+    return tuple(inputs), tuple(outputs)
+
+
+def use_stage_shapes(stage, shapes: Any) -> None:
+    """From the next (re-)initialisation on, ``stage`` allocates its buffers for ``shapes``."""
+    if STAGE_META:
+        stage._user_meta = shapes
+    else:
+        stage.inputs_meta, stage._outputs_meta = shapes
+
+
+def reinitialize_on_switch(schedule: _PipelineSchedule, training: bool, last_training: bool | None) -> None:
+    """Before ``schedule`` runs ``step`` (``training``) or ``eval`` after the other one: make it re-initialise its
+    stages, with the shapes they hold now. torch ≥ 2.13 does so itself; torch 2.11 initialises once."""
+    if STAGE_META or last_training is None or training == last_training:
+        return
+    for flag in (
+        "_stage_forward_initialized",
+        "_stage_backward_initialized",
+        "_stages_forward_initialized",
+        "_stages_backward_initialized",
+    ):
+        if hasattr(schedule, flag):
+            setattr(schedule, flag, False)
+
+
+def fill_fake_collective_outputs() -> None:
+    """From now on, a reduce-scatter on a fake process group (a dry run's) fills its output as torch ≥ 2.13's
+    fake backend does: this rank's chunk of its input, as if every rank held the same data. torch 2.11's
+    leaves the output as allocated (FSDP2's gradients, Megatron's sequence-parallel activations came out
+    NaN), and no public API replaces a registered backend: the Python functions that issue
+    reduce-scatters are wrapped, ``torch.distributed``'s (FSDP2 calls them) and the functional
+    collectives' (DTensor's redistribution). Idempotent; a real process group passes through untouched."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    if getattr(dist.reduce_scatter_tensor, "_boost_fills_fake", False):
+        return
+    reduce_scatter_tensor, reduce_scatter = dist.reduce_scatter_tensor, dist.reduce_scatter
+    functional_reduce_scatter = funcol.reduce_scatter_tensor
+
+    def fake(group) -> bool:
+        return dist.get_backend(group) == dist.Backend.FAKE
+
+    def reduce_scatter_tensor_filled(output, input, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        work = reduce_scatter_tensor(output, input, op=op, group=group, async_op=async_op)
+        if fake(group):
+            with torch.no_grad():
+                rank, size = dist.get_rank(group), dist.get_world_size(group)
+                output.copy_(input.reshape(size, -1)[rank].view_as(output))
+        return work
+
+    def reduce_scatter_filled(output, input_list, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        work = reduce_scatter(output, input_list, op=op, group=group, async_op=async_op)
+        if fake(group):
+            with torch.no_grad():
+                output.copy_(input_list[dist.get_rank(group)])
+        return work
+
+    def functional_reduce_scatter_filled(self, reduceOp, scatter_dim, group, tag=""):
+        output = functional_reduce_scatter(self, reduceOp, scatter_dim, group, tag)
+        process_group = dist.distributed_c10d._resolve_process_group(funcol._resolve_group_name(group, tag))
+        if not fake(process_group):
+            return output
+        output = funcol.wait_tensor(output)
+        with torch.no_grad():
+            rank, size = dist.get_rank(process_group), dist.get_world_size(process_group)
+            output.copy_(self.chunk(size, dim=scatter_dim)[rank])
+        return output
+
+    for module, wrapper, original in (
+        (dist, reduce_scatter_tensor_filled, reduce_scatter_tensor),
+        (dist, reduce_scatter_filled, reduce_scatter),
+        (funcol, functional_reduce_scatter_filled, functional_reduce_scatter),
+    ):
+        wrapper.__wrapped__ = original
+        wrapper._boost_fills_fake = True
+        setattr(module, original.__name__, wrapper)
