@@ -1,7 +1,11 @@
-"""The installed torch against the supported range, read from where it is stated once: ``pyproject.toml``'s
-requirement on torch (a checkout, installed editable or on ``PYTHONPATH``), else the installed
-distribution's metadata (a wheel install). Neither imports torch: ``run_train.sh`` refuses an
-unsupported torch in a fraction of a second, before any process starts.
+"""The installed torch against the supported range, stated once in ``pyproject.toml``
+(``[tool.boost] supported-torch``), read without importing torch: ``run_train.sh`` refuses an unsupported
+torch in a fraction of a second, before any process starts.
+
+The package's requirement on torch is that range's lower bound alone, so that installing BOOST never
+replaces a torch a user has (a newer, untested one included): the refusal is where the upper end holds.
+A wheel install has no ``pyproject.toml``: there the installed metadata's requirement (the lower bound)
+is what is checked.
 """
 
 from __future__ import annotations
@@ -19,8 +23,17 @@ PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
 
 
 def supported_torch() -> SpecifierSet:
-    """The torch versions BOOST supports: its requirement on ``torch``."""
-    for requirement in _requirements():
+    """The torch versions BOOST supports: ``pyproject.toml``'s ``[tool.boost] supported-torch`` in a
+    checkout (installed editable or on ``PYTHONPATH``), else the installed requirement on torch."""
+    pyproject = _pyproject()
+    if pyproject is not None:
+        return SpecifierSet(pyproject["tool"]["boost"]["supported-torch"])
+    return torch_requirement(metadata.requires(DISTRIBUTION) or [])
+
+
+def torch_requirement(requirements: list[str]) -> SpecifierSet:
+    """The specifier of the requirement on ``torch`` among ``requirements``."""
+    for requirement in requirements:
         parsed = Requirement(requirement)
         if parsed.name == "torch":
             return parsed.specifier
@@ -32,16 +45,15 @@ def supported_range() -> str:
     return ",".join(sorted(map(str, supported_torch()), key=lambda spec: not spec.startswith(">")))
 
 
-def _requirements() -> list[str]:
-    if PYPROJECT.is_file():
-        if sys.version_info >= (3, 11):
-            import tomllib
-        else:
-            import tomli as tomllib
-        project = tomllib.loads(PYPROJECT.read_text()).get("project", {})
-        if project.get("name") == DISTRIBUTION:
-            return project.get("dependencies", [])
-    return metadata.requires(DISTRIBUTION) or []
+def _pyproject() -> dict | None:
+    if not PYPROJECT.is_file():
+        return None
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    pyproject = tomllib.loads(PYPROJECT.read_text())
+    return pyproject if pyproject.get("project", {}).get("name") == DISTRIBUTION else None
 
 
 def torch_version_problem() -> str | None:

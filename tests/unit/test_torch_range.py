@@ -13,9 +13,26 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from torchtitan_ext.torch_range import supported_range, supported_torch, torch_version_problem
+from torchtitan_ext.torch_range import (
+    PYPROJECT,
+    supported_range,
+    supported_torch,
+    torch_requirement,
+    torch_version_problem,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_requirement_on_torch_is_the_ranges_lower_bound_alone():
+    """Installing never replaces a torch a user has, a newer one included: the upper end is the refusal's."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    requirement = torch_requirement(tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"])
+    lower = [spec for spec in supported_torch() if spec.operator == ">="]
+    assert list(requirement) == lower, (str(requirement), supported_range())
 
 
 def test_the_torch_running_the_suite_is_in_the_range():
