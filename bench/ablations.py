@@ -4,7 +4,7 @@
 
 Rows: grouping on/off (online norm), online vs sync norm (grouped), activation checkpointing
 none / full / lowrank. Columns: collectives and bytes per step (counted), median step time over
-interleaved repetitions, forward-held activation memory (RSS delta, see boost.memory).
+interleaved repetitions, forward-held activation memory (RSS delta, see boost.runtime.memory).
 The last block gives ΔMemory/ΔTime of lowrank and full AC against none.
 """
 

@@ -26,7 +26,7 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from boost.data.stdlib_corpus import read_stdlib_file, stdlib_files
+from boost.training.data.stdlib_corpus import read_stdlib_file, stdlib_files
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]*[A-Za-z]|[A-Za-z]|\d+(?:\.\d+)?|[.,;:!?()]")
 _SENTENCE_END = {".", "!", "?"}

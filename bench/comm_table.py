@@ -3,8 +3,8 @@ one LORO exact step (svd kind) under btp and vanilla.
 
     python -m bench.comm_table [--batch 4 --seq 4096 --dtype-bytes 2] [--png bench/results/comm_bytes.png]
 
-From the closed forms of ``boost.comm_volume``, which tests/multiprocess/test_comm_volume.py checks against the
-counter (``boost.comm_counter.CommCounter``) on real gloo runs at small shapes, TP 2 and 4.
+From the closed forms of ``boost.planning.comm_volume``, which tests/multiprocess/test_comm_volume.py checks against the
+counter (``boost.runtime.comm_counter.CommCounter``) on real gloo runs at small shapes, TP 2 and 4.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import argparse
 
 from bench.plots import pyplot, save
 from boost import FLAVORS, ModelArgs
-from boost.comm_volume import loro_exact_step, per_layer, total
-from boost.perf_model import model_args
+from boost.planning.comm_volume import loro_exact_step, per_layer, total
+from boost.planning.perf_model import model_args
 
 
 def rows(batch: int, seq: int, dtype_bytes: int, tps=(2, 4, 8)):

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from bench.plots import pyplot, save
-from boost.rules import KINDS
+from boost.training.rules import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 # (label, kind, processes, overrides); cola with only_lr_act false keeps SwiGLU's full-width SiLU, as the

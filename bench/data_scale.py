@@ -5,7 +5,7 @@ against ``local`` (held in memory), at two corpus sizes.
 
 For each size, one C4-shaped corpus (``bench.c4_like_corpus``, seeded: the same documents as
 ``.json.gz`` for prepare and as ``.jsonl`` for ``local``, which reads no gzip) is prepared once with
-the debug TOML's tokenizer (``python -m boost.data.prepare --config train_configs/debug.toml``, its time
+the debug TOML's tokenizer (``python -m boost.training.data.prepare --config train_configs/debug.toml``, its time
 in the table), then the default job (``train_configs/debug.toml``, one process) trains 3 steps on it
 through ``./run_train.sh``, each dataset in turn, fresh run folders, no validation or checkpoint:
 
@@ -78,7 +78,7 @@ def prepared(work: Path, mb: int) -> tuple[Path, float]:
         [
             sys.executable,
             "-m",
-            "boost.data.prepare",
+            "boost.training.data.prepare",
             "--config",
             CONFIG,
             "--input",

@@ -12,7 +12,7 @@ validation is 20 × 4096-token batches).
     python -m bench.dry_run                              # every row -> bench/results/dry_run.md
     python -m bench.dry_run --rows 7B_cola 30B_cola --steps 1 --seq-len 64 -- --compile.no-enable
 
-Columns: peak RSS of the process; the per-rank memory ``boost.layout_planner.memory_per_gpu`` predicts for the
+Columns: peak RSS of the process; the per-rank memory ``boost.planning.layout_planner.memory_per_gpu`` predicts for the
 layout (fp32, no GPU workspace); CPU seconds and wall seconds to the first step's log line (the
 machine is shared: CPU seconds are the steadier number). A dry-run rank should stay within
 ``1.5 × predicted + PROCESS_OVERHEAD`` (Python, torch, torchtitan and the tokenizer in memory).
@@ -37,8 +37,8 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
-from boost.layout_planner import memory_per_gpu
-from boost.rules import data_parallel_degree
+from boost.planning.layout_planner import memory_per_gpu
+from boost.training.rules import data_parallel_degree
 from torchtitan_ext.config import linear_kind_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,7 +122,7 @@ def effective_config(toml: dict, overrides: list[str]) -> dict:
 
 def _layout(config: dict, world_size: int) -> tuple[int, int, int, int]:
     """``(tp, pp, dp, fsdp)`` of the config at ``world_size``: ``dp`` batches per step
-    (``boost.rules.data_parallel_degree``, torchtitan's defaults for the fields the TOML leaves out),
+    (``boost.training.rules.data_parallel_degree``, torchtitan's defaults for the fields the TOML leaves out),
     ``fsdp`` the ranks each replica shards the weights and optimizer states over."""
     par = config["parallelism"]
     tp, pp = par.get("tensor_parallel_degree", 1), par.get("pipeline_parallel_degree", 1)
@@ -139,7 +139,7 @@ def _layout(config: dict, world_size: int) -> tuple[int, int, int, int]:
 
 
 def predicted_bytes(config: dict, world_size: int, seq_len: int) -> float:
-    """``boost.layout_planner``'s per-rank memory for the config's layout, fp32, no GPU workspace."""
+    """``boost.planning.layout_planner``'s per-rank memory for the config's layout, fp32, no GPU workspace."""
     tp, pp, _, fsdp = _layout(config, world_size)
     boost, compiled = config["boost"], config.get("compile", {}).get("enable", False)
     return memory_per_gpu(
@@ -266,7 +266,7 @@ HEADER = """# Dry runs of the shipped flavors at their real world size (rank 0, 
 A row is `train_configs/{{flavor}}.toml` (CoLA, BTP) with its kind's overrides
 (`torchtitan_ext.config.linear_kind_overrides`, listed under "overrides"): lax runs without PP, which
 cannot split it; full is the dense model under Megatron TP with full AC.
-`predicted` is `boost.layout_planner.memory_per_gpu` for the layout (fp32, without the GPU workspace);
+`predicted` is `boost.planning.layout_planner.memory_per_gpu` for the layout (fp32, without the GPU workspace);
 `ratio` is peak RSS / (predicted + {overhead:.1f} GiB process overhead). build+init: from the model's size
 line to "Trainer is initialized" (model on meta, parallelise, materialise, seeded init of this rank's
 shard). Wall-clock columns depend on the shared machine's load; CPU s (the whole process) is the

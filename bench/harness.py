@@ -15,15 +15,15 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import loss_parallel
 
 from boost import ModelArgs, Transformer
-from boost.comm_counter import CommCounter
-from boost.memory import forward_held_bytes
-from boost.parallel import apply_lowrank_ac, apply_tp
-from boost.process_exit import exit_finished_process
+from boost.runtime.comm_counter import CommCounter
+from boost.runtime.memory import forward_held_bytes
+from boost.runtime.process_exit import exit_finished_process
+from boost.training.parallel import apply_lowrank_ac, apply_tp
 
 
 def spawn(fn, world_size: int, *args) -> list:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` gloo processes; rank 0's return value."""
-    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")  # RSS tracks live tensors (boost.memory)
+    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")  # RSS tracks live tensors (boost.runtime.memory)
     with tempfile.TemporaryDirectory() as tmp:
         queue = mp.get_context("spawn").SimpleQueue()
         mp.spawn(_worker, args=(world_size, os.path.join(tmp, "init"), fn, args, queue), nprocs=world_size)
@@ -39,7 +39,7 @@ def _worker(rank, world_size, init_file, fn, args, queue):
             queue.put(out)  # a SimpleQueue writes to its pipe here, not from a feeder thread
     finally:
         dist.destroy_process_group()
-    exit_finished_process()  # gloo can abort in interpreter finalisation (boost.process_exit)
+    exit_finished_process()  # gloo can abort in interpreter finalisation (boost.runtime.process_exit)
 
 
 def build(

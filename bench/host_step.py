@@ -32,7 +32,7 @@ real trainer (``torchtitan_ext.train.BoostTrainer``) and reports:
   ``CompiledFunctionBackward``; inference-only graphs such as a compiled loss without grad are
   ``Torch-Compiled Region`` events with no ``CompiledFunction`` inside, counted too);
   ``syncs``: host syncs the step's code asks for: ``aten::_local_scalar_dense`` (the op
-  ``boost.comm_counter.CommCounter`` counts: ``.item()``, ``bool(t)``) outside any other operator
+  ``boost.runtime.comm_counter.CommCounter`` counts: ``.item()``, ``bool(t)``) outside any other operator
   but ``aten::item``/``aten::is_nonzero`` (CPU's fused AdamW reads each parameter's step count inside
   its kernel, which CUDA's does on the device: not a sync on a GPU, not counted), and device-to-host
   copies (none on a CPU; ``Memcpy DtoH`` where a GPU runs it).
@@ -206,7 +206,7 @@ def _d2h_copies(events) -> int:
 
 def run_child(scheme: str, steps: int, profile_step: int, log_freq: int, extra: list[str]) -> dict:
     os.environ.update(DRY_RUN="1", NGPU="16", RANK="0", LOCAL_RANK="0", WORLD_SIZE="16")
-    from boost.model.args import FLAVORS, Flavor
+    from boost.training.model.args import FLAVORS, Flavor
 
     FLAVORS[FLAVOR] = Flavor(256, FLAVORS["7B"].n_layers, 8, 8, 704, "debug widths at the 7B's depth")
     import torch

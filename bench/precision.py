@@ -5,7 +5,7 @@ in each precision through the real trainer, loss side by side.
 
 bf16 here is what the shipped configs train in: FSDP2's mixed precision (bf16 parameters and
 activations, fp32 gradient reduction and optimizer), at a shard degree of 1 under plain TP; the online
-norm's statistic rides as a bf16 mean square beside the bf16 latent (``boost.parallel.norms``).
+norm's statistic rides as a bf16 mean square beside the bf16 latent (``boost.training.parallel.norms``).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ a job needs much less; the rate a quiet machine would give is bounded by both.
 
 - ``encode_batch`` over the texts already in memory, all cores, 1,024
   documents a call: no reading, no gunzip, no JSON, no writing — the bound prepare is measured by;
-- ``python -m boost.data.prepare`` with ``--workers 1`` and with all cores, a fresh folder each time,
+- ``python -m boost.training.data.prepare`` with ``--workers 1`` and with all cores, a fresh folder each time,
   start-up, reading, gunzip, JSON, framing and writing included;
 - optionally datatrove's own pipeline (``JsonlReader`` → ``DocumentTokenizer``, no shuffling) on the
   same files, run by another interpreter that has it (``--datatrove-python``).
@@ -34,8 +34,8 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from bench.c4_like_corpus import main as write_corpus
-from boost.data.prepare.preparer import default_workers
-from boost.trained_run import read_toml, run_tokenizer_dir
+from boost.training.data.prepare.preparer import default_workers
+from boost.training.data.run_tokenizer import read_toml, run_tokenizer_dir
 
 RESULTS = Path(__file__).parent / "results" / "prepare.md"
 BATCH = 1024
@@ -111,7 +111,15 @@ def in_memory_seconds(tokenizer: Tokenizer, texts: list[str], method: str) -> tu
 def prepare_seconds(corpus: Path, config: str, workers: int, scratch: Path) -> tuple[float, float, int]:
     out = scratch / f"prepare-w{workers}"
     shutil.rmtree(out, ignore_errors=True)
-    command = [sys.executable, "-m", "boost.data.prepare", "--config", config, "--input", str(corpus)]
+    command = [
+        sys.executable,
+        "-m",
+        "boost.training.data.prepare",
+        "--config",
+        config,
+        "--input",
+        str(corpus),
+    ]
     seconds, cpu = run_measured([*command, "--output", str(out), "--workers", str(workers)])
     manifest = json.loads((out / "manifest.json").read_text())
     tokens = sum(s["tokens"] for split in manifest["splits"].values() for s in split["shards"])

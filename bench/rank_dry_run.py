@@ -5,7 +5,7 @@ the three TP schemes, bf16 and compiled as shipped: step time and peak memory of
 
 ``DRY_RUN=1`` (torchtitan's fake process group) runs the real layout, the rank's real shard and real
 steps, with every collective a no-op: the table is the compute part of the reference paper's step
-times (DESIGN §7), the communication left to ``bench.comm_table`` and ``boost.perf_model``. Rows: the
+times (DESIGN §7), the communication left to ``bench.comm_table`` and ``boost.planning.perf_model``. Rows: the
 TOML as shipped (CoLA, btp); vanilla low-rank TP on the same model (ungrouped, sync norm, full AC:
 what vanilla takes); the dense baseline with Megatron TP and full AC (the TOML header's override).
 Tokens/s is torchtitan's, per device: the rank's tokens per second divided by tp·pp·cp (the ranks

@@ -154,7 +154,7 @@ def measure(checkout: Checkout, row: str, cache: Path) -> float:
 def warm_up(checkout: Checkout, cache: Path) -> None:
     """Train the offline tokenizers the rows use into ``cache``, and load the imports once (disk cache)."""
     code = (
-        "import tomllib; from boost.data.offline_tokenizer import ensure_stdlib_tokenizer\n"
+        "import tomllib; from boost.training.data.offline_tokenizer import ensure_stdlib_tokenizer\n"
         "for toml in ('train_configs/debug.toml', 'train_configs/7B.toml'):\n"
         "    size = tomllib.load(open(toml, 'rb'))['boost']['tokenizer_vocab_size']\n"
         f"    ensure_stdlib_tokenizer(size, {str(cache)!r})\n"

@@ -39,7 +39,7 @@ CONSUMED_7B = BATCH_7B * SEQ_LEN_7B / SECONDS_PER_ITERATION_7B
 
 def write_random_folder(folder: Path, tokens: int, vocab: int, shards: int = 4, document: int = 512) -> None:
     """``tokens`` random ids in ``shards`` shards of ``document``-token documents, and its manifest."""
-    from boost.data.token_folder import (
+    from boost.training.data.token_folder import (
         InputFile,
         Manifest,
         Split,

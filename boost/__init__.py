@@ -1,5 +1,12 @@
 """BOOST: bottleneck-aware tensor parallelism for low-rank LLM pre-training, on torchtitan.
 
+Four groups, by what a user does; each opens with its map, and an import runs down, never up or across:
+
+- ``training``: the library a run is made of: model, tensor parallelism, LORO, data, rules, options;
+- ``planning``: before a run: the performance model, the layout planner, communication volumes;
+- ``after_training``: a finished run read back, sampled, scored, exported to Hugging Face;
+- ``runtime``: the few helpers any process uses (``training`` and the tools above it import them).
+
 Example::
 
     >>> import torch, boost
@@ -9,19 +16,19 @@ Example::
     True
 """
 
-from boost.lazy_exports import lazy_exports
+from boost.runtime.lazy_exports import lazy_exports
 
 # Loaded on first use, not at ``import boost``: the launcher reads a job with the torch-free parts of
 # the library (rules, options, ConfigError) and refuses a bad one before torch loads.
 _EXPORTS = {
-    "FLAVORS": "boost.model",
-    "ModelArgs": "boost.model",
-    "Transformer": "boost.model",
-    "flops_per_token": "boost.model",
-    "CommCounter": "boost.comm_counter",
-    "BoostParallelStyle": "boost.parallel",
-    "apply_tp": "boost.parallel",
-    "apply_lowrank_ac": "boost.parallel",
+    "FLAVORS": "boost.training.model",
+    "ModelArgs": "boost.training.model",
+    "Transformer": "boost.training.model",
+    "flops_per_token": "boost.training.model",
+    "CommCounter": "boost.runtime.comm_counter",
+    "BoostParallelStyle": "boost.training.parallel",
+    "apply_tp": "boost.training.parallel",
+    "apply_lowrank_ac": "boost.training.parallel",
 }
 
 __all__ = list(_EXPORTS)

@@ -11,7 +11,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from boost.process_exit import exit_finished_process
+from boost.runtime.process_exit import exit_finished_process
 
 # The ranks fork from one server process that imported these once (multiprocessing's forkserver,
 # started on first use): a rank then costs a fork, not a Python start and torch's import. Each rank
@@ -23,7 +23,7 @@ PRELOAD = [
     "torch.distributed.tensor.parallel",
     "torch.distributed.fsdp",
     "boost",
-    "boost.parallel",
+    "boost.training.parallel",
     "torchtitan_ext.infra.parallelize",
     "tests.distributed",
 ]

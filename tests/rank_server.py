@@ -30,8 +30,8 @@ import traceback
 import torch
 from torchtitan.config import ConfigManager
 
-from boost.data.stdlib_corpus import stdlib_files
-from boost.process_exit import exit_finished_process
+from boost.runtime.process_exit import exit_finished_process
+from boost.training.data.stdlib_corpus import stdlib_files
 from torchtitan_ext.startup_clock import STARTUP
 from torchtitan_ext.train import BoostTrainer, main
 from torchtitan_ext.train_spec import register_boost_train_spec

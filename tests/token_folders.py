@@ -1,11 +1,11 @@
-"""Prepared token folders made directly in tests, with the format's own writer (no ``boost.data.prepare``)."""
+"""Prepared token folders made directly in tests, with the format's own writer (no ``boost.training.data.prepare``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
 
-from boost.data.token_folder import (
+from boost.training.data.token_folder import (
     InputFile,
     Manifest,
     Split,
@@ -14,7 +14,7 @@ from boost.data.token_folder import (
     write_manifest,
     write_shard,
 )
-from boost.data.tokenizer_fingerprint import tokenizer_fingerprint
+from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
 
 
 def framed(tokenizer, texts: Sequence[str]) -> list[list[int]]:

@@ -13,8 +13,8 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 
-from boost.model import ModelArgs, Transformer
-from boost.trained_run import load_tokenizer, run_tokenizer_dir
+from boost.training.data.run_tokenizer import load_tokenizer, run_tokenizer_dir
+from boost.training.model import ModelArgs, Transformer
 
 SEQ_LEN = 64
 

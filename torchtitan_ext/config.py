@@ -3,7 +3,7 @@
 
 torchtitan merges a module's ``JobConfig`` dataclass into its own schema, recursively: a section both
 define gets the fields of both, and a field both define takes this module's type and default. So every
-field of ``boost.options.BoostOptions`` is both a TOML key under ``[boost]`` and a command-line override
+field of ``boost.training.options.BoostOptions`` is both a TOML key under ``[boost]`` and a command-line override
 ``--boost.<field> value``, and ``--training.dataset_seed``, ``--optimizer.loro_freq`` and
 ``--lr_scheduler.restart_every`` join torchtitan's own sections.
 """
@@ -11,8 +11,8 @@ field of ``boost.options.BoostOptions`` is both a TOML key under ``[boost]`` and
 from dataclasses import dataclass, field
 from typing import Literal
 
-from boost.options import BoostOptions
-from boost.rules import linear_kind, lowrank_ac_applies
+from boost.training.options import BoostOptions
+from boost.training.rules import linear_kind, lowrank_ac_applies
 
 
 @dataclass
@@ -23,7 +23,7 @@ class TrainingData:
 
 @dataclass
 class LoroOptimizer:
-    """``[optimizer]`` fields of ``name = "LORO"`` (``boost.optim.LORO``; the authors' ``run_c4.py`` flags
+    """``[optimizer]`` fields of ``name = "LORO"`` (``boost.training.optim.LORO``; the authors' ``run_c4.py`` flags
     in brackets). LORO takes ``lr``, ``beta1``, ``beta2``, ``eps`` and ``weight_decay`` from torchtitan's
     fields; the authors' values are 0.9, 0.999, 1e-6 and 0 (their recipes' TOMLs set them)."""
 
@@ -40,7 +40,7 @@ class LoroOptimizer:
 @dataclass
 class CosineRestartScheduler:
     """``[lr_scheduler]``: ``decay_type = "cosine_restart"`` is the LORO authors' schedule
-    (``boost.optim.cosine_restart_factor``; their ``run_c4.py --scheduler cosine_restart`` flags in
+    (``boost.training.optim.cosine_restart_factor``; their ``run_c4.py --scheduler cosine_restart`` flags in
     brackets). It reads ``warmup_steps``, ``total_steps`` (else ``training.steps``) and ``min_lr_factor``
     [--warmup_steps, --num_training_steps, --min_lr_ratio] and these three; ``decay_ratio`` is not used."""
 
@@ -68,7 +68,7 @@ class JobConfig:
 def linear_kind_overrides(linear: str, toml_values: dict) -> list[str]:
     """The command-line overrides that turn a shipped flavor TOML (CoLA, BTP) into one of ``linear``.
 
-    The kind's TP scheme (``boost.rules.KINDS``), "full" AC where "lowrank" no longer applies, and no
+    The kind's TP scheme (``boost.training.rules.KINDS``), "full" AC where "lowrank" no longer applies, and no
     pipeline split for a kind that cannot be pipelined — the lines each TOML's header lists.
 
     Example::

@@ -1,6 +1,6 @@
 """torchtitan's metrics processor plus BOOST's communication metrics and the non-finite guard.
 
-A step's collectives are counted by ``boost.comm_counter.CommCounter``, opened at the first forward of
+A step's collectives are counted by ``boost.runtime.comm_counter.CommCounter``, opened at the first forward of
 the step and closed at the optimizer step (so the gradient-norm all-reduce is included). The counter is
 a dispatch mode that sees every op, so it watches only the steps whose numbers are reported:
 
@@ -11,7 +11,7 @@ a dispatch mode that sees every op, so it watches only the steps whose numbers a
   they repeat step to step. The first step is left to compile, before torchtitan lowers the process
   groups' timeouts after step 1.
 
-The counter also holds every counted collective to NCCL's rules (``boost.comm_counter.NcclRuleError``)
+The counter also holds every counted collective to NCCL's rules (``boost.runtime.comm_counter.NcclRuleError``)
 against the parameters' device, on any backend, and counts the step's host syncs.
 Tensorboard gets ``boost/comm_bytes_per_step``, ``boost/comm_count_per_step``, ``boost/host_syncs_per_step``
 and one ``boost/comm_bytes/<kind>`` per collective kind; the console gets one ``comm/step`` line per log.
@@ -27,7 +27,7 @@ import torch
 from torchtitan.components.metrics import MetricsProcessor
 from torchtitan.tools.logging import logger
 
-from boost.comm_counter import CommCounter
+from boost.runtime.comm_counter import CommCounter
 from torchtitan_ext.guards.nonfinite_guard import refuse_non_finite
 
 

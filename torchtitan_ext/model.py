@@ -14,8 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from boost.model import ModelArgs, Transformer, flops_per_token
-from boost.rules import KINDS, resolve_rank
+from boost.training.model import ModelArgs, Transformer, flops_per_token
+from boost.training.rules import KINDS, resolve_rank
 from torchtitan_ext.data.tokenizer import boost_vocab_size
 
 

@@ -3,10 +3,10 @@
 torchtitan builds one optimizer per model part (a pipeline stage each) in an ``OptimizersContainer``,
 whose ``state_dict`` is torch's ``get_optimizer_state_dict`` of every part, flattened by parameter name:
 that is what goes into the DCP checkpoint and what reshards. LORO's container differs in one thing: it
-hands each part's optimizer the *model part* (``boost.optim.LORO`` finds its factor pairs there) rather
+hands each part's optimizer the *model part* (``boost.training.optim.LORO`` finds its factor pairs there) rather
 than its parameter list. Everything LORO keeps — each parameter's Adam moments and step count, and the
 position in the exact/refresh cycle (``updates``) — is in that state dict. The schedule is torchtitan's
-``LRSchedulersContainer`` over ``boost.optim.cosine_restart_factor``.
+``LRSchedulersContainer`` over ``boost.training.optim.cosine_restart_factor``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from torchtitan.components.lr_scheduler import LRSchedulersContainer, build_lr_s
 from torchtitan.components.optimizer import OptimizersContainer, build_optimizers
 from torchtitan.tools.logging import logger
 
-from boost.optim import LORO, cosine_restart_factor
+from boost.training.optim import LORO, cosine_restart_factor
 
 LORO_NAME = "LORO"
 COSINE_RESTART = "cosine_restart"

@@ -26,7 +26,7 @@ import os
 import runpy
 import sys
 
-from boost.config_error import ConfigError
+from boost.training.config_error import ConfigError
 
 TRAIN_MODULE = "torchtitan_ext.train"
 # the ranks' CUDA allocator, unless PYTORCH_ALLOC_CONF says otherwise (fewer fragmentation OOMs)

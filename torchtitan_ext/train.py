@@ -21,9 +21,9 @@ from torchtitan.distributed import utils as dist_utils
 from torchtitan.tools.logging import logger
 from torchtitan.train import Trainer, main
 
-from boost.parallel.grad_norm import clip_grads_with_norm_, local_grad_norm_applies, total_grad_norm
-from boost.process_exit import exit_finished_process
-from boost.rules import MODEL_NAME
+from boost.runtime.process_exit import exit_finished_process
+from boost.training.parallel.grad_norm import clip_grads_with_norm_, local_grad_norm_applies, total_grad_norm
+from boost.training.rules import MODEL_NAME
 from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, prepare_resume
 from torchtitan_ext.guards.checkpoint_identity import model_identity
 from torchtitan_ext.guards.checkpoint_manager import BoostCheckpointManager
@@ -104,7 +104,7 @@ class BoostTrainer(Trainer):
         """torchtitan 0.2.2's ``Trainer.train_step`` with no host sync but the log step's: the global
         count of valid tokens stays on the device (torchtitan reads it with ``.item()`` every step,
         which stops the host until the device has run everything queued before it), and the gradient
-        norm is taken and clipped on the gradients' local shards (``boost.parallel.grad_norm``: one
+        norm is taken and clipped on the gradients' local shards (``boost.training.parallel.grad_norm``: one
         foreach norm and one collective, where torch's DTensor path propagates shardings per parameter)."""
         self.optimizers.zero_grad()
         lr = self.lr_schedulers.schedulers[0].get_last_lr()[0]
@@ -165,7 +165,7 @@ class BoostTrainer(Trainer):
 
     def _clip_grad_norm(self) -> torch.Tensor:
         """torchtitan's ``clip_grad_norm_`` (the norm over every rank, pipeline stages included), on
-        local shards where ``boost.parallel.grad_norm`` applies, torchtitan's own elsewhere."""
+        local shards where ``boost.training.parallel.grad_norm`` applies, torchtitan's own elsewhere."""
         params = [p for m in self.model_parts for p in m.parameters()]
         grads = [p.grad for p in params if p.grad is not None]
         max_norm, pp_mesh = self.job_config.training.max_norm, self.parallel_dims.get_optional_mesh("pp")
@@ -247,4 +247,4 @@ if __name__ == "__main__":
     STARTUP.mark("imports")
     register_boost_train_spec()
     main(BoostTrainer)  # raises on failure: only a finished run reaches the next line
-    exit_finished_process()  # see boost.process_exit: gloo can abort in interpreter finalisation
+    exit_finished_process()  # see boost.runtime.process_exit: gloo can abort in interpreter finalisation

@@ -9,8 +9,8 @@ this model alone (the preflight refuses any other ``model.name``), so it does no
 from torchtitan.components.loss import build_cross_entropy_loss
 from torchtitan.protocols.train_spec import TrainSpec, register_train_spec
 
-from boost.model import FLAVORS
-from boost.rules import MODEL_NAME
+from boost.training.model import FLAVORS
+from boost.training.rules import MODEL_NAME
 from torchtitan_ext.data.text_datasets import build_boost_dataloader, build_boost_validator
 from torchtitan_ext.data.tokenizer import build_boost_tokenizer
 from torchtitan_ext.infra.parallelize import parallelize_boost
@@ -52,5 +52,5 @@ def get_train_spec() -> TrainSpec:
 
 
 def register_boost_train_spec() -> None:
-    """Register the spec as ``boost.rules.MODEL_NAME``; torchtitan raises if a process registers it twice."""
+    """Register the spec as ``boost.training.rules.MODEL_NAME``; torchtitan raises if a process registers it twice."""
     register_train_spec(MODEL_NAME, get_train_spec())

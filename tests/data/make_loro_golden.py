@@ -28,22 +28,35 @@ from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
-from torch import nn
-
 from loro_torch.loro_optim import LOROAdamW
 from loro_torch.lowrank_module import LowRankLinear, get_lowrank_param
 from peft_pretraining.training_utils import get_scheduler
+from torch import nn
 
 from boost import ModelArgs, Transformer
-from boost.model.linears import Bottleneck
+from boost.training.model.linears import Bottleneck
 
 COMMIT = "4da57b6a58217906f1750f0c8e5e892df66e260d"
 SHAPE = dict(dim=16, n_layers=2, n_heads=2, n_kv_heads=1, vocab_size=32, ffn_dim=32, rank=4, max_seq_len=16)
 # their run_c4.py flags, scaled down: exact step and refresh every 3 steps (their recipes: both every 500)
-RUN = dict(steps=8, lr=0.01, weight_decay=0.1, loro_freq=3, loro_refresh="all", loro_refresh_freq=3,
-           loro_lr_scaler="-1", scheduler="cosine_restart", num_training_steps=10, warmup_steps=2,
-           min_lr_ratio=0.1, cosine_restart_freq=3, cosine_restart_warmup=1, lr_adjust_steps=-2,
-           batch=2, seq_len=16)
+RUN = dict(
+    steps=8,
+    lr=0.01,
+    weight_decay=0.1,
+    loro_freq=3,
+    loro_refresh="all",
+    loro_refresh_freq=3,
+    loro_lr_scaler="-1",
+    scheduler="cosine_restart",
+    num_training_steps=10,
+    warmup_steps=2,
+    min_lr_ratio=0.1,
+    cosine_restart_freq=3,
+    cosine_restart_warmup=1,
+    lr_adjust_steps=-2,
+    batch=2,
+    seq_len=16,
+)
 
 
 def _their_model(model: Transformer) -> dict[str, LowRankLinear]:
@@ -54,7 +67,7 @@ def _their_model(model: Transformer) -> dict[str, LowRankLinear]:
             for name, module in list(sub.named_children()):
                 if not isinstance(module, Bottleneck):
                     continue
-                (_, rank, d_out), = module.members
+                ((_, rank, d_out),) = module.members
                 layer = LowRankLinear(nn.Linear(module.d_in, d_out, bias=False), rank, "xavier").double()
                 with torch.no_grad():
                     layer.weight_in.copy_(module.down.weight.t())
@@ -81,13 +94,25 @@ def main() -> None:
     named = nn.ModuleDict({"mlp": model})
     config = SimpleNamespace(hidden_size=args.dim, intermediate_size=args.ffn_dim, initializer_range=0.02)
     groups = get_lowrank_param(named, config, RUN["loro_lr_scaler"])
-    optimizer = LOROAdamW(groups, lr=RUN["lr"], weight_decay=RUN["weight_decay"], loro_type="loro",
-                          model=model, no_deprecation_warning=True)
-    scheduler = get_scheduler(optimizer, scheduler_type=RUN["scheduler"],
-                              num_training_steps=RUN["num_training_steps"], warmup_steps=RUN["warmup_steps"],
-                              min_lr_ratio=RUN["min_lr_ratio"], cycle_length=RUN["cosine_restart_freq"],
-                              restart_warmup_steps=RUN["cosine_restart_warmup"],
-                              lr_adjust_steps=RUN["lr_adjust_steps"], lr_jag_after_warmup=False)
+    optimizer = LOROAdamW(
+        groups,
+        lr=RUN["lr"],
+        weight_decay=RUN["weight_decay"],
+        loro_type="loro",
+        model=model,
+        no_deprecation_warning=True,
+    )
+    scheduler = get_scheduler(
+        optimizer,
+        scheduler_type=RUN["scheduler"],
+        num_training_steps=RUN["num_training_steps"],
+        warmup_steps=RUN["warmup_steps"],
+        min_lr_ratio=RUN["min_lr_ratio"],
+        cycle_length=RUN["cosine_restart_freq"],
+        restart_warmup_steps=RUN["cosine_restart_warmup"],
+        lr_adjust_steps=RUN["lr_adjust_steps"],
+        lr_jag_after_warmup=False,
+    )
 
     gen = torch.Generator().manual_seed(1)
     batches, losses, lrs, exact, factors = [], [], [], [], []
@@ -115,18 +140,32 @@ def main() -> None:
         lrs.append(lr)
         exact.append(use_exact_loro)
         # BOOST's names: A = weight_inᵀ ([r, d_in]), B = weight_out ([d_out, r])
-        factors.append({f"{name}.A": m.weight_in.detach().t().clone() for name, m in layers.items()}
-                       | {f"{name}.B": m.weight_out.detach().clone() for name, m in layers.items()})
+        factors.append(
+            {f"{name}.A": m.weight_in.detach().t().clone() for name, m in layers.items()}
+            | {f"{name}.B": m.weight_out.detach().clone() for name, m in layers.items()}
+        )
     meta = {
         "source": f"github mzf666/LORO-main at {COMMIT}: LOROAdamW (loro_type 'loro'), LowRankLinear, "
-                  "get_lowrank_param, get_scheduler('cosine_restart'); run_c4.py's update loop; float64",
+        "get_lowrank_param, get_scheduler('cosine_restart'); run_c4.py's update loop; float64",
         "torch": str(torch.__version__),
         "command": "PYTHONPATH=/tmp/LORO-main .venv/bin/python tests/data/make_loro_golden.py",
-        "date": str(datetime.date.today()), "shape": SHAPE, "run": RUN,
+        "date": str(datetime.date.today()),
+        "shape": SHAPE,
+        "run": RUN,
     }
     out = Path(__file__).with_name("loro_golden.pt")
-    torch.save({"meta": meta, "weights": weights, "batches": batches, "losses": losses, "lrs": lrs,
-                "exact": exact, "factors": factors}, out)
+    torch.save(
+        {
+            "meta": meta,
+            "weights": weights,
+            "batches": batches,
+            "losses": losses,
+            "lrs": lrs,
+            "exact": exact,
+            "factors": factors,
+        },
+        out,
+    )
     print(f"wrote {out} ({out.stat().st_size} bytes); losses {losses}", file=sys.stderr)
 
 

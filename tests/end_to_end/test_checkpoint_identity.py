@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from boost.data.tokenizer_fingerprint import tokenizer_fingerprint
+from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
 from tests.end_to_end.default_run import DEFAULT_RUN
 from tests.trainer import ROOT, SMALL, losses, train
 from torchtitan_ext.guards.checkpoint_guard import check_model_identity
@@ -341,7 +341,7 @@ def test_a_second_trainer_on_a_held_run_folder_refuses_naming_the_holder(tmp_pat
 
 
 def test_checkpoint_folder_rule():
-    from boost.checkpoint_folder import checkpoint_step
+    from boost.runtime.checkpoint_folder import checkpoint_step
 
     assert [
         checkpoint_step(n) for n in ("step-0", "step-12", "keep-step-500", "step-007", "step-5.bak", "step-")

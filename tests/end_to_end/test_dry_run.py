@@ -5,7 +5,7 @@ The world size reaches every part from ``NGPU``: torchtitan's mesh (the global b
 the FSDP degree), BOOST's checks (tp 4 at world size 1 would be refused) and the pipeline split (rank 0
 builds stage 0 of ``pp`` and runs the 1F1B schedule with static stage shapes: no shape message can
 arrive on a fake process group). The memory check is the dry run's bound (``DryRun.within_prediction``):
-peak RSS ≤ 1.5 × ``boost.layout_planner``'s per-rank prediction + the process overhead.
+peak RSS ≤ 1.5 × ``boost.planning.layout_planner``'s per-rank prediction + the process overhead.
 """
 
 from __future__ import annotations

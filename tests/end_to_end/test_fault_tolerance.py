@@ -34,7 +34,7 @@ def test_corrupt_checkpoint_is_skipped_and_the_previous_one_used(default_run, tm
 def test_foreign_pickle_in_metadata_is_refused(tmp_path):
     import pickle
 
-    from boost.checkpoint_folder import choose_checkpoint, inspect_checkpoint
+    from boost.runtime.checkpoint_folder import choose_checkpoint, inspect_checkpoint
 
     bad = tmp_path / "step-5"
     bad.mkdir()
@@ -57,7 +57,7 @@ def test_checkpoint_items_outside_the_weights_only_allowlist_are_refused(tmp_pat
     import torch
     import torch.distributed.checkpoint as dcp
 
-    from boost.checkpoint_folder import inspect_checkpoint
+    from boost.runtime.checkpoint_folder import inspect_checkpoint
 
     plain = {"w": torch.arange(6.0), "train_state": {"step": 7, "losses": [1.5, 2.5]}}
     dcp.save(plain, checkpoint_id=tmp_path / "step-1", no_dist=True)

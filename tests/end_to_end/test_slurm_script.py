@@ -75,7 +75,7 @@ def test_first_host_of_a_slurm_nodelist():
 
 
 def test_slurm_signal_lead_covers_the_default_grace():
-    from boost.options import BoostOptions
+    from boost.training.options import BoostOptions
 
     sbatch = (ROOT / "scripts/slurm_train.sbatch").read_text()
     lead = int(re.search(r"#SBATCH --signal=TERM@(\d+)", sbatch).group(1))

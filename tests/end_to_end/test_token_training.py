@@ -1,7 +1,7 @@
 """The ``tokens`` dataset through the trainer: a corpus prepared by the real command, a run at one
 process, resumed at two data-parallel ranks.
 
-A C4-shaped ``.json.gz`` corpus is prepared with ``python -m boost.data.prepare --config
+A C4-shaped ``.json.gz`` corpus is prepared with ``python -m boost.training.data.prepare --config
 train_configs/debug.toml`` (the tokenizer the run trains with, a held-out split). One uninterrupted
 run (one process, 4 windows a step, 4 steps, a checkpoint at step 2, validation at
 steps 2 and 4 on the folder's held-out split) serves every assertion: its step-2 checkpoint, copied
@@ -25,9 +25,9 @@ import sys
 
 import pytest
 
-from boost.checkpoint_folder import read_bytes_item
-from boost.data.stdlib_corpus import stdlib_texts
-from boost.data.token_folder import read_manifest
+from boost.runtime.checkpoint_folder import read_bytes_item
+from boost.training.data.stdlib_corpus import stdlib_texts
+from boost.training.data.token_folder import read_manifest
 from tests.trainer import ROOT, losses, run_train, train
 from torchtitan_ext.data.token_checks import saved_token_position
 
@@ -56,7 +56,7 @@ def test_tokens_run_resumed_at_two_ranks_continues_the_global_order(tmp_path):
     # the run's own tokenizer: tests/trainer.py points BOOST_CACHE at tmp_path.parent / "boost-cache"
     env = dict(os.environ, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
     prepare = [
-        sys.executable, "-m", "boost.data.prepare", "--config", "train_configs/debug.toml",
+        sys.executable, "-m", "boost.training.data.prepare", "--config", "train_configs/debug.toml",
         "--input", str(corpus), "--output", str(folder), "--validation-fraction", "0.4",
     ]  # fmt: skip
     done = subprocess.run(prepare, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)

@@ -10,7 +10,7 @@ import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
-from boost.comm_counter import CommCounter, NcclRuleError
+from boost.runtime.comm_counter import CommCounter, NcclRuleError
 from tests.distributed import run_distributed
 
 F32 = torch.float32.itemsize

@@ -1,5 +1,5 @@
 """Collectives per layer and direction, counted by ``CommCounter`` on real gloo runs, against the
-closed forms of ``boost.comm_volume`` (DESIGN §2): BTP 4 all-reduces of 7·b·s·r elements."""
+closed forms of ``boost.planning.comm_volume`` (DESIGN §2): BTP 4 all-reduces of 7·b·s·r elements."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import loss_parallel
 
 from boost import ModelArgs, Transformer
-from boost.comm_counter import CommCounter
-from boost.comm_volume import per_layer, total
-from boost.parallel import apply_tp
+from boost.planning.comm_volume import per_layer, total
+from boost.runtime.comm_counter import CommCounter
+from boost.training.parallel import apply_tp
 from tests.distributed import run_distributed
 
 BATCH, SEQ, VOCAB = 2, 16, 256

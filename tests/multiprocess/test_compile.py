@@ -15,7 +15,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import loss_parallel
 
 from boost import ModelArgs, Transformer
-from boost.parallel import apply_lowrank_ac, apply_tp
+from boost.training.parallel import apply_lowrank_ac, apply_tp
 from tests.distributed import run_distributed
 
 VOCAB, SEQ = 256, 32

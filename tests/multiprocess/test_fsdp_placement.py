@@ -19,7 +19,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from torch.distributed.tensor import DTensor, Shard
 
 from boost import ModelArgs, Transformer
-from boost.parallel import apply_tp
+from boost.training.parallel import apply_tp
 from tests.distributed import run_distributed
 from torchtitan_ext.infra.parallelize import apply_fsdp
 

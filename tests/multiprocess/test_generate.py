@@ -1,4 +1,4 @@
-"""Sampling with a KV cache (``boost.generate``): the cache changes nothing but the cost.
+"""Sampling with a KV cache (``boost.after_training.generate``): the cache changes nothing but the cost.
 
 Every kind decodes the same tokens with the cache as by re-running the whole prefix, the CLI
 streams what the library samples, and BTP at tp=2 samples what one process samples.
@@ -13,11 +13,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from boost.evaluate import packed_windows, score, token_byte_lengths
-from boost.generate import main, next_token_distribution, sample
-from boost.model import ModelArgs, Transformer
-from boost.model.kv_cache import KVCache
-from boost.trained_run import load_run, shard_for_inference
+from boost.after_training.evaluate import packed_windows, score, token_byte_lengths
+from boost.after_training.generate import main, next_token_distribution, sample
+from boost.after_training.trained_run import load_run, shard_for_inference
+from boost.training.model import ModelArgs, Transformer
+from boost.training.model.kv_cache import KVCache
 from tests.distributed import run_distributed
 from tests.trained_runs import make_run
 
@@ -95,7 +95,7 @@ def test_cli_streams_the_sampled_text(cola_run):
     # One subprocess: the module entry point as a user runs it (pays torchtitan's import once), on
     # one thread as this process (tests/conftest.py): the same sums, so the same samples.
     out = subprocess.run(
-        [sys.executable, "-m", "boost.generate", "--config", cola_run, "--prompt", "def main(",
+        [sys.executable, "-m", "boost.after_training.generate", "--config", cola_run, "--prompt", "def main(",
          "--max-new-tokens", "16", "--temperature", "0.8", "--top-k", "40", "--seed", "2"],
         cwd=ROOT, env=dict(os.environ, OMP_NUM_THREADS="1"), capture_output=True, text=True, timeout=120,
     )  # fmt: skip

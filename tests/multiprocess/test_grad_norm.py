@@ -1,4 +1,4 @@
-"""The gradient norm and its clipping on local shards (``boost.parallel.grad_norm``) against what
+"""The gradient norm and its clipping on local shards (``boost.training.parallel.grad_norm``) against what
 torchtitan's ``clip_grad_norm_`` does with the same DTensor gradients (torch's ``get_total_norm``, its
 ``full_tensor()``, torch's ``clip_grads_with_norm_``) and against the norm of the whole gradients."""
 
@@ -9,7 +9,7 @@ import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import Replicate, Shard, distribute_tensor
 
-from boost.parallel.grad_norm import clip_grads_with_norm_, local_grad_norm_applies, total_grad_norm
+from boost.training.parallel.grad_norm import clip_grads_with_norm_, local_grad_norm_applies, total_grad_norm
 from tests.distributed import run_distributed
 
 # (placements on a (2, 2) mesh, global shape): sharded on both dims, on one, on neither

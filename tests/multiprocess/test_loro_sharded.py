@@ -10,7 +10,7 @@ if any layout picked other SVD signs than one process does.
 
 Communication, counted on the optimizer step alone (``boost.CommCounter``): a lazy step issues no
 collective in any layout; an exact step under btp and vanilla issues what
-``boost.comm_volume.loro_exact_step`` says, and every collective keeps NCCL's rules.
+``boost.planning.comm_volume.loro_exact_step`` says, and every collective keeps NCCL's rules.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 
 from boost import CommCounter, ModelArgs, Transformer
-from boost.comm_volume import loro_exact_step
-from boost.optim import LORO
-from boost.parallel import apply_tp
+from boost.planning.comm_volume import loro_exact_step
+from boost.training.optim import LORO
+from boost.training.parallel import apply_tp
 from tests.distributed import run_distributed
 from torchtitan_ext.infra.parallelize import apply_fsdp
 

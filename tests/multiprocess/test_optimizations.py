@@ -16,11 +16,11 @@ from torch.distributed.tensor.parallel import loss_parallel
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from boost import ModelArgs, Transformer
-from boost.comm_counter import CommCounter
-from boost.memory import forward_held_bytes
-from boost.parallel import OnlineRMSNormDown, SyncRMSNorm, apply_lowrank_ac, apply_tp
-from boost.parallel.collectives import row_parallel_down
-from boost.parallel.latent_replay import record_and_replay_collectives
+from boost.runtime.comm_counter import CommCounter
+from boost.runtime.memory import forward_held_bytes
+from boost.training.parallel import OnlineRMSNormDown, SyncRMSNorm, apply_lowrank_ac, apply_tp
+from boost.training.parallel.collectives import row_parallel_down
+from boost.training.parallel.latent_replay import record_and_replay_collectives
 from tests.distributed import run_distributed
 
 EPS = 1e-5
@@ -174,7 +174,7 @@ def _ac_body(rank: int, world_size: int) -> None:
 @pytest.mark.slow
 def test_lowrank_checkpointing_keeps_collectives_and_gradients_and_saves_memory():
     os.environ["MALLOC_MMAP_THRESHOLD_"] = (
-        "65536"  # read by glibc as a spawned rank starts (see boost.memory)
+        "65536"  # read by glibc as a spawned rank starts (see boost.runtime.memory)
     )
     try:
         run_distributed(_ac_body, 2, start_method="spawn")

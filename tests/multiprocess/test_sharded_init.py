@@ -13,10 +13,10 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 
-import boost.model.keyed_normal as keyed_normal
+import boost.training.model.keyed_normal as keyed_normal
 from boost import ModelArgs, Transformer
-from boost.model.seeded_init import SeededPart, draw_region, fill_seeded
-from boost.parallel import apply_tp
+from boost.training.model.seeded_init import SeededPart, draw_region, fill_seeded
+from boost.training.parallel import apply_tp
 from tests.distributed import run_distributed
 from torchtitan_ext.infra.parallelize import apply_fsdp
 

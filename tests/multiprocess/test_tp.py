@@ -20,7 +20,7 @@ from torch.distributed.tensor import DTensor, Replicate
 from torch.distributed.tensor.parallel import loss_parallel, parallelize_module
 
 from boost import ModelArgs, Transformer
-from boost.parallel import BoostParallelStyle, apply_tp
+from boost.training.parallel import BoostParallelStyle, apply_tp
 from tests.distributed import run_distributed
 
 VOCAB, SEQ, BATCH = 256, 16, 2
@@ -218,7 +218,7 @@ def test_boost_parallel_style_on_a_plain_sequential():
 
 def test_apply_tp_refuses_shapes_that_do_not_divide():
     # debug flavor has 4 kv heads: TP 8 cannot place them; here the check runs before any sharding.
-    from boost.parallel import check_tp_shapes
+    from boost.training.parallel import check_tp_shapes
 
     args = _args("cola", True)
     with pytest.raises(ValueError, match="tensor_parallel_degree = 8: must divide kv_heads = 4"):

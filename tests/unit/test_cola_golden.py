@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from boost import ModelArgs, Transformer
-from boost.hf_folder import lowrank_from_hf
-from boost.model.grouped_state import to_grouped
+from boost.after_training.hf_folder import lowrank_from_hf
+from boost.training.model.grouped_state import to_grouped
 
 GOLDEN = Path(__file__).parents[1] / "data" / "cola_golden.pt"
 

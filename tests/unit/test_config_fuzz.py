@@ -195,7 +195,7 @@ def one_step(job) -> float:
     from torchtitan.components.optimizer import build_optimizers
     from torchtitan.distributed import ParallelDims
 
-    from boost.model import Transformer
+    from boost.training.model import Transformer
     from torchtitan_ext.model import JobModelArgs
 
     args = JobModelArgs.from_flavor(job.model.flavor)

@@ -18,13 +18,13 @@ import torch
 from torchtitan.config import ConfigManager, JobConfig
 from torchtitan.hf_datasets.text_datasets import DATASETS, build_text_validation_dataloader
 
-import boost.data.offline_tokenizer as offline_tokenizer
-import boost.data.stdlib_corpus as stdlib_corpus
+import boost.training.data.offline_tokenizer as offline_tokenizer
+import boost.training.data.stdlib_corpus as stdlib_corpus
 import torchtitan_ext.data.text_datasets as text_datasets
-from boost.config_error import ConfigError
-from boost.data.local_files import read_local_corpus
-from boost.data.offline_tokenizer import BOS_TOKEN, EOS_TOKEN
-from boost.data.stdlib_corpus import stdlib_files, stdlib_root
+from boost.training.config_error import ConfigError
+from boost.training.data.local_files import read_local_corpus
+from boost.training.data.offline_tokenizer import BOS_TOKEN, EOS_TOKEN
+from boost.training.data.stdlib_corpus import stdlib_files, stdlib_root
 from torchtitan_ext.data.text_datasets import (
     build_boost_dataloader,
     build_boost_validation_dataloader,
@@ -146,7 +146,7 @@ def test_concurrent_callers_train_once_and_share_one_tokenizer(tmp_path, monkeyp
 _RANK_SCRIPT = """
 import hashlib, pathlib, sys, time
 from torchtitan.config import ConfigManager
-import boost.data.offline_tokenizer as offline_tokenizer
+import boost.training.data.offline_tokenizer as offline_tokenizer
 from torchtitan_ext.data.tokenizer import build_boost_tokenizer
 cache, rank, world = pathlib.Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 train = offline_tokenizer._train_stdlib_bpe

@@ -15,16 +15,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 NEEDS_A_PROCESS_GROUP = {
-    "boost.comm_counter",
-    "boost.parallel.activation_checkpoint.apply_lowrank_ac",
-    "boost.parallel.styles.BoostParallelStyle",
-    "boost.parallel.tp_plans.apply_tp",
-    "boost.process_exit",
+    "boost.runtime.comm_counter",
+    "boost.training.parallel.activation_checkpoint.apply_lowrank_ac",
+    "boost.training.parallel.styles.BoostParallelStyle",
+    "boost.training.parallel.tp_plans.apply_tp",
+    "boost.runtime.process_exit",
 }
-NEEDS_A_TRAINED_RUN = {"boost.interop.write.save_hf", "boost.trained_run"}
+NEEDS_A_TRAINED_RUN = {"boost.after_training.interop.write.save_hf", "boost.after_training.trained_run"}
 LEFT_OUT = NEEDS_A_PROCESS_GROUP | NEEDS_A_TRAINED_RUN
 # Optional dependencies and remote code of an exported folder: no examples to run here.
-NOT_IMPORTED = ("boost.hf.", "boost.lm_eval_local")
+NOT_IMPORTED = ("boost.after_training.hf.", "boost.after_training.lm_eval_local")
 
 
 def _modules() -> list[str]:

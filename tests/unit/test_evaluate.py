@@ -1,4 +1,4 @@
-"""Perplexity and bits per byte (``boost.evaluate``) against the trainer's own data path.
+"""Perplexity and bits per byte (``boost.after_training.evaluate``) against the trainer's own data path.
 
 The windows are torchtitan's validation windows (compared with its dataset itself), the loss is
 plain cross-entropy over them, the byte count is the text's own UTF-8 length, and the CLI prints
@@ -11,9 +11,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from boost.evaluate import main, packed_windows, score, token_byte_lengths
-from boost.model import ModelArgs, Transformer
-from boost.trained_run import load_run, load_tokenizer
+from boost.after_training.evaluate import main, packed_windows, score, token_byte_lengths
+from boost.after_training.trained_run import load_run
+from boost.training.data.run_tokenizer import load_tokenizer
+from boost.training.model import ModelArgs, Transformer
 from tests.trained_runs import make_run, offline_tokenizer_dir
 
 DOCS = [

@@ -1,7 +1,7 @@
 """Export of every linear kind to a Hugging Face folder, with transformers itself as the client.
 
 Per kind: ``AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)`` gives BOOST's logits,
-greedy ``generate`` gives ``boost.generate``'s tokens, and ``load_hf`` round-trips bit-exactly; the
+greedy ``generate`` gives ``boost.after_training.generate``'s tokens, and ``load_hf`` round-trips bit-exactly; the
 tokenizer loads as a fast tokenizer that frames text as the trainer did; ``pipeline`` runs; and the
 CLI exports straight from a run's DCP checkpoint.
 """
@@ -13,11 +13,12 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from boost.generate import sample  # noqa: E402
-from boost.interop import load_hf, save_hf  # noqa: E402
-from boost.interop.cli import main  # noqa: E402
-from boost.model import ModelArgs, Transformer  # noqa: E402
-from boost.trained_run import load_run, load_tokenizer  # noqa: E402
+from boost.after_training.generate import sample  # noqa: E402
+from boost.after_training.interop import load_hf, save_hf  # noqa: E402
+from boost.after_training.interop.cli import main  # noqa: E402
+from boost.after_training.trained_run import load_run  # noqa: E402
+from boost.training.data.run_tokenizer import load_tokenizer  # noqa: E402
+from boost.training.model import ModelArgs, Transformer  # noqa: E402
 from tests.trained_runs import make_run, offline_tokenizer_dir  # noqa: E402
 
 

@@ -1,11 +1,13 @@
 """The house rule, checked: which package may import which (docs/design.md, "The house").
 
-``boost`` is the library and needs torch alone: it never imports torchtitan or ``torchtitan_ext``,
-and its other third-party imports are the few that reading and exporting a trained model need,
-each confined to the modules that use it. ``torchtitan_ext`` (registration and glue) may import
-both. Inside the library, the model knows nothing of parallelism, and ``boost.rules`` (the one home
-of every rule) depends on nothing. Checked on the source (every ``import``, at any depth of a
-function) and on a fresh interpreter.
+``boost`` is the library and needs torch alone: it never imports torchtitan or ``torchtitan_ext``, and
+its other third-party imports are the few that reading and exporting a trained model need, each confined
+to the modules that use it. ``torchtitan_ext`` (registration and glue) may import both. Inside the
+library, the model knows nothing of parallelism, and ``boost.training.rules`` (the one home of every
+rule) depends on nothing. Checked on the source (every ``import``, at any depth of a function) and on a
+fresh interpreter.
+
+``boost`` is four groups (``MAY_IMPORT``): no import runs up or across them, and no import cycle.
 """
 
 from __future__ import annotations
@@ -22,22 +24,36 @@ STDLIB = set(sys.stdlib_module_names) | {"__future__"}
 
 # Third-party packages the library may import besides torch, and the only modules that may.
 LIBRARY_EXTRAS = {
-    "safetensors": ("boost/interop/read.py", "boost/interop/write.py"),
-    "tokenizers": ("boost/data/", "boost/trained_run.py", "boost/evaluate.py", "boost/hf_folder.py"),
-    "tqdm": ("boost/evaluate.py", "boost/data/prepare/progress_report.py"),
+    "safetensors": ("boost/after_training/interop/read.py", "boost/after_training/interop/write.py"),
+    "tokenizers": (
+        "boost/training/data/",
+        "boost/after_training/trained_run.py",
+        "boost/after_training/evaluate.py",
+        "boost/after_training/hf_folder.py",
+    ),
+    "tqdm": ("boost/after_training/evaluate.py", "boost/training/data/prepare/progress_report.py"),
     # .parquet corpora (pulled in by torchtitan's datasets)
-    "pyarrow": ("boost/data/local_files.py", "boost/data/prepare/document_reader.py"),
+    "pyarrow": ("boost/training/data/local_files.py", "boost/training/data/prepare/document_reader.py"),
     "tomli": ("boost/",),  # stdlib tomllib's backport, for Python < 3.11
     # The exported folder's remote code and the optional lm-eval bridge (imported lazily).
-    "transformers": ("boost/hf/", "boost/lm_eval_local.py"),
-    "lm_eval": ("boost/lm_eval_local.py",),
+    "transformers": ("boost/after_training/hf/", "boost/after_training/lm_eval_local.py"),
+    "lm_eval": ("boost/after_training/lm_eval_local.py",),
 }
 # Inside the library: (importer prefix, imported module prefix) pairs that must not occur.
 FORBIDDEN_INSIDE = [
-    ("boost/model/", "boost.parallel"),  # model code knows nothing of parallelism
-    ("boost/rules.py", "boost."),  # the rules depend on nothing
-    ("boost/rules.py", "torch"),
+    ("boost/training/model/", "boost.training.parallel"),  # model code knows nothing of parallelism
+    ("boost/training/rules.py", "boost."),  # the rules depend on nothing
+    ("boost/training/rules.py", "torch"),
 ]
+
+# The groups of boost/, from the ground up, and the other groups each may import (docs/design.md, "The
+# house"). boost/__init__.py, the public API, stands above them all: none of them imports it.
+MAY_IMPORT = {
+    "runtime": (),  # helpers any process uses
+    "training": ("runtime",),  # the library: rules, options, model, parallel, optim, data
+    "planning": ("training", "runtime"),  # before a run: perf model, layout planner, comm volumes
+    "after_training": ("training", "runtime"),  # a finished run read back, sampled, scored, exported
+}
 
 
 def imported_modules(path: Path) -> list[tuple[int, str]]:
@@ -94,7 +110,9 @@ def test_importing_the_whole_library_loads_no_torchtitan():
     modules = sorted(
         ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         for p in library_files()
-        if p.name != "__main__.py" and "boost/hf/" not in p.as_posix() and p.name != "lm_eval_local.py"
+        if p.name != "__main__.py"
+        and "boost/after_training/hf/" not in p.as_posix()
+        and p.name != "lm_eval_local.py"
     )
     code = (
         "import importlib, sys\n"
@@ -114,7 +132,7 @@ def test_the_house_picture_lists_every_file():
     for package in ("boost", "torchtitan_ext"):
         for path in sorted((ROOT / package).rglob("*.py")):
             folder = path.parent.relative_to(ROOT / package).as_posix()
-            if folder == "hf":  # the exported folder's remote code, listed as one entry
+            if folder == "after_training/hf":  # the exported folder's remote code, listed as one entry
                 found = "hf/" in picture
             elif path.name == "__init__.py" and folder != ".":
                 continue  # a subpackage is listed by its folder and files
@@ -127,3 +145,70 @@ def test_the_house_picture_lists_every_file():
             if not found:
                 missing.append(path.relative_to(ROOT).as_posix())
     assert not missing, f"docs/design.md's house picture does not list: {missing}"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def test_boost_is_its_groups_and_its_public_api():
+    top = sorted(
+        p.name
+        for p in (ROOT / "boost").iterdir()
+        if p.suffix == ".py" or (p.is_dir() and any(p.rglob("*.py")))
+    )
+    assert top == sorted(["__init__.py", *MAY_IMPORT]), f"boost/ holds {top}: a new file belongs in a group"
+
+
+def test_no_import_runs_up_or_across_the_groups():
+    broken = []
+    for path in library_files():
+        inside = path.relative_to(ROOT / "boost").parts
+        if inside == ("__init__.py",):
+            continue
+        allowed = {inside[0], *MAY_IMPORT.get(inside[0], ())}  # a file in no group: the test above
+        for line, module in imported_modules(path):
+            parts = module.split(".")
+            if parts[0] == "boost" and (len(parts) == 1 or parts[1] not in allowed):
+                broken.append(f"{path.relative_to(ROOT).as_posix()}:{line} imports {module}")
+    assert not broken, "an import runs up or across boost's groups (MAY_IMPORT):\n" + "\n".join(broken)
+
+
+def test_each_group_opens_with_its_map():
+    missing = []
+    for group in MAY_IMPORT:
+        folder = ROOT / "boost" / group
+        doc = ast.get_docstring(ast.parse((folder / "__init__.py").read_text())) or ""
+        for p in sorted(folder.iterdir()):
+            name = p.stem if p.suffix == ".py" else f"{p.name}/" if any(p.rglob("*.py")) else None
+            if name not in (None, "__init__") and f"``{name}``" not in doc:
+                missing.append(f"boost/{group}/{p.name}")
+    assert not missing, f"not in their group's docstring: {missing}"
+
+
+def test_no_import_cycle_in_the_library():
+    modules = {module_name(p): p for p in library_files()}
+    graph = {}
+    for name, path in modules.items():
+        targets = set()
+        for _, imported in imported_modules(path):
+            while imported and imported not in modules:
+                imported = imported.rpartition(".")[0]
+            targets.add(imported)
+        graph[name] = targets - {"", name}
+    done, on_path = set(), []
+
+    def cycle_from(name):
+        if name in on_path:
+            return on_path[on_path.index(name) :] + [name]
+        if name in done:
+            return None
+        on_path.append(name)
+        found = next((c for c in map(cycle_from, sorted(graph[name])) if c), None)
+        on_path.pop()
+        done.add(name)
+        return found
+
+    cycle = next((c for c in map(cycle_from, sorted(graph)) if c), None)
+    assert cycle is None, " -> ".join(cycle)

@@ -16,9 +16,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from boost.interop import densify, factorize, load_hf, load_hf_with_report, save_hf  # noqa: E402
-from boost.interop.cli import main  # noqa: E402
-from boost.model import ModelArgs, Transformer  # noqa: E402
+from boost.after_training.interop import densify, factorize, load_hf, load_hf_with_report, save_hf  # noqa: E402
+from boost.after_training.interop.cli import main  # noqa: E402
+from boost.training.model import ModelArgs, Transformer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = dict(
@@ -201,7 +201,7 @@ def test_cli_import_and_export(hf, tmp_path, tokens, capsys):
     # Two subprocesses only: each pays torchtitan's import (~5-8 s); the error path runs in-process.
     model, path = hf
     run = lambda *a: subprocess.run(  # noqa: E731
-        [sys.executable, "-m", "boost.interop", *map(str, a)],
+        [sys.executable, "-m", "boost.after_training.interop", *map(str, a)],
         cwd=ROOT,
         capture_output=True,
         text=True,

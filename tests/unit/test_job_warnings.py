@@ -90,7 +90,7 @@ def test_the_launchers_preflight_says_each_warning_in_one_line_before_any_work(t
 
 
 def test_a_refused_job_says_its_refusal_alone(tmp_path, capsys):
-    from boost.config_error import ConfigError
+    from boost.training.config_error import ConfigError
 
     argv = ["--job.config_file", DEBUG, *LORO, "--optimizer.loro_refresh_freq", "0", "--training.steps", "0"]
     with pytest.raises(ConfigError, match="training.steps = 0"):

@@ -1,4 +1,4 @@
-"""The counter-based normals of ``boost.model.keyed_normal``: the documented formula, computed
+"""The counter-based normals of ``boost.training.model.keyed_normal``: the documented formula, computed
 independently in Python integers and float64, and the statistics of large draws (bounds at ~5σ of
 the estimator; every draw is a fixed function of its key, so the test is deterministic)."""
 
@@ -10,8 +10,8 @@ from statistics import NormalDist
 import pytest
 import torch
 
-import boost.model.keyed_normal as keyed_normal
-from boost.model.keyed_normal import fill_keyed_normal, key_words, mix32_
+import boost.training.model.keyed_normal as keyed_normal
+from boost.training.model.keyed_normal import fill_keyed_normal, key_words, mix32_
 
 N = 2048  # draws of N × N: 4.2M values
 

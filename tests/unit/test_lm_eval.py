@@ -13,11 +13,11 @@ import torch
 pytest.importorskip("lm_eval")
 pytest.importorskip("accelerate")
 
-from boost.evaluate import score, token_byte_lengths  # noqa: E402
-from boost.interop import save_hf  # noqa: E402
-from boost.lm_eval_local import evaluate_local_text  # noqa: E402
-from boost.model import ModelArgs, Transformer  # noqa: E402
-from boost.trained_run import load_tokenizer  # noqa: E402
+from boost.after_training.evaluate import score, token_byte_lengths  # noqa: E402
+from boost.after_training.interop import save_hf  # noqa: E402
+from boost.after_training.lm_eval_local import evaluate_local_text  # noqa: E402
+from boost.training.data.run_tokenizer import load_tokenizer  # noqa: E402
+from boost.training.model import ModelArgs, Transformer  # noqa: E402
 from tests.trained_runs import offline_tokenizer_dir  # noqa: E402
 
 # Each shorter than the exported max_position_embeddings (64), so lm-eval scores it in one window.

@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as F
 
 from boost import ModelArgs, Transformer
-from boost.optim import LORO
-from boost.optim.tall_skinny_qr import tall_skinny_qr
+from boost.training.optim import LORO
+from boost.training.optim.tall_skinny_qr import tall_skinny_qr
 
 
 def _block(kappa: float, spectrum: str, dtype: torch.dtype) -> torch.Tensor:
@@ -33,7 +33,7 @@ def _block(kappa: float, spectrum: str, dtype: torch.dtype) -> torch.Tensor:
 @pytest.mark.parametrize("kappa", [1e5, 1e8])
 def test_float64_cholesky_qr_of_fp32_factors_equals_householder_where_fp32_breaks_down(kappa):
     y = _block(kappa, "log-spaced", torch.float32)
-    # the exact step's precision (boost.optim.loro_exact): float64, on fp32 factors
+    # the exact step's precision (boost.training.optim.loro_exact): float64, on fp32 factors
     [(q, r)], info = tall_skinny_qr([(y.double(), (), 128)])
     assert not info.any()
     q_ref, r_ref = torch.linalg.qr(y.double())  # Householder; its R's diagonal has either sign

@@ -5,7 +5,7 @@
 ``tests/data/make_loro_golden.py``), driven as their ``run_c4.py`` does: lazy steps 1, 2, 4, 5, 7, 8, exact
 steps 3 and 6, each followed by a refresh of every Adam moment (their recipes' cadence), weight decay
 0.1 and the ``cosine_restart`` schedule. Here BOOST's model, grouped and not, loads the same weights,
-trains on the same batches with ``boost.optim.LORO`` and ``cosine_restart_factor``, and must match:
+trains on the same batches with ``boost.training.optim.LORO`` and ``cosine_restart_factor``, and must match:
 
 - every step's learning rate exactly and its loss to 1e-10 relative (float64: the two optimizers
   compute the same quantities in a different order, e.g. a Cholesky-QR here, Householder there);
@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 
 from boost import ModelArgs, Transformer
-from boost.model.grouped_state import to_grouped, to_ungrouped
-from boost.optim import LORO, cosine_restart_factor
+from boost.training.model.grouped_state import to_grouped, to_ungrouped
+from boost.training.optim import LORO, cosine_restart_factor
 
 GOLDEN = Path(__file__).parents[1] / "data" / "loro_golden.pt"
 TOLERANCE = 1e-10

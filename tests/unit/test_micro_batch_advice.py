@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from boost.layout_planner import main as plan_main
-from boost.perf_model import HEADROOM, TrainingLayout, advise_micro_batch, memory_per_gpu, usable_bytes
+from boost.planning.layout_planner import main as plan_main
+from boost.planning.perf_model import (
+    HEADROOM,
+    TrainingLayout,
+    advise_micro_batch,
+    memory_per_gpu,
+    usable_bytes,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 2**30
@@ -148,7 +154,10 @@ def test_toml_headers_quote_the_advice_on_80_gib():
     for flavor in SHIPPED:
         header = _toml(flavor).read_text().split("\n[")[0]
         gpus = _header_ngpu(flavor)
-        command = f"python -m boost.layout_planner --config train_configs/{flavor}.toml --gpus {gpus} --memory-gib 80"
+        command = (
+            f"python -m boost.planning.layout_planner --config train_configs/{flavor}.toml "
+            f"--gpus {gpus} --memory-gib 80"
+        )
         assert command in header, flavor
         advice = advise_micro_batch(_toml(flavor), gpus, 80 * GIB)
         assert f"-> {advice.overrides()}" in header, flavor

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from boost import FLAVORS, ModelArgs, Transformer, flops_per_token
-from boost.model.grouped_state import to_grouped, to_ungrouped
-from boost.model.model import FeedForward
+from boost.training.model.grouped_state import to_grouped, to_ungrouped
+from boost.training.model.model import FeedForward
 
 KINDS = ("full", "svd", "cola", "lax")
 

@@ -11,10 +11,10 @@ import runpy
 
 import pytest
 
-from boost.comm_volume import per_layer
-from boost.layout_planner import enumerate_layouts
-from boost.layout_planner import main as plan_main
-from boost.perf_model import (
+from boost.planning.comm_volume import per_layer
+from boost.planning.layout_planner import enumerate_layouts
+from boost.planning.layout_planner import main as plan_main
+from boost.planning.perf_model import (
     A100,
     collective_time,
     model_args,
@@ -42,8 +42,8 @@ def test_paper_table_within_15_percent():
 
 
 def test_module_entry_point_prints_the_table(capsys):
-    # `python -m boost.perf_model` (README, docs/perf_model.md): header, 15 step-time rows, 3 comm rows
-    runpy.run_module("boost.perf_model", run_name="__main__")
+    # `python -m boost.planning.perf_model` (README, docs/perf_model.md): header, 15 step-time rows, 3 comm rows
+    runpy.run_module("boost.planning.perf_model", run_name="__main__")
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["layout", "scheme", "predicted", "paper", "error"]
     assert len(lines) == 1 + 15 + 3

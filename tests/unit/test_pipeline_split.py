@@ -10,7 +10,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 from torchtitan.distributed.pipeline_parallel import generate_llm_fqn_per_model_part, pipeline_module_split
 
-from boost.model import ModelArgs, Transformer
+from boost.training.model import ModelArgs, Transformer
 from torchtitan_ext.infra.pipeline import _model_part, _stage_indices
 
 N_LAYERS = 8

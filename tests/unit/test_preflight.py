@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from boost.rules import LINEAR_KINDS
+from boost.training.rules import LINEAR_KINDS
 from torchtitan_ext.preflight import ConfigError, check_job, load_toml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -591,15 +591,16 @@ def test_run_train_uses_or_refuses_a_config_file_given_as_an_argument(tmp_path):
 
 
 def test_pipeline_rules_accept_exactly_what_torchs_schedules_accept():
-    """boost.rules' stage and micro-batch rules against the real schedule constructors of torch.distributed.pipelining,
-    at pp 2 and 4, 1 to 3 stages per rank and up to 3 micro-batches per stage (fake process group: no communication)."""
+    """boost.training.rules' stage and micro-batch rules against the real schedule constructors of
+    torch.distributed.pipelining, at pp 2 and 4, 1 to 3 stages per rank and up to 3 micro-batches per
+    stage (fake process group: no communication)."""
     import torch
     import torch.distributed as dist
     from torch.distributed.pipelining import PipelineStage
     from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
-    from boost.rules import pipeline_microbatch_problem, pipeline_stages_problem
+    from boost.training.rules import pipeline_microbatch_problem, pipeline_stages_problem
 
     disagreements, tried = [], 0
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)

@@ -1,4 +1,4 @@
-"""``python -m boost.data.prepare``: a corpus tokenized into a token folder, as the trainer would read it.
+"""``python -m boost.training.data.prepare``: a corpus tokenized into a token folder, as the trainer would read it.
 
 Small corpora made here (stdlib sources as documents, in every input format); the tokenizer is the
 offline BPE of the default vocabulary, cached once per machine. What must hold: the ids are
@@ -28,15 +28,15 @@ import pyarrow.parquet as pq
 import pytest
 from torchtitan.components.tokenizer import HuggingFaceTokenizer
 
-from boost.config_error import ConfigError
-from boost.data.offline_tokenizer import ensure_stdlib_tokenizer
-from boost.data.prepare.cli import main
-from boost.data.prepare.holdout import holds_out
-from boost.data.prepare.preparer import prepare_corpus
-from boost.data.prepare.worker_pool import HOLD_ENV
-from boost.data.stdlib_corpus import read_stdlib_file, stdlib_files
-from boost.data.token_folder import MANIFEST, TokenSplit, read_manifest
-from boost.hf_folder import write_tokenizer
+from boost.after_training.hf_folder import write_tokenizer
+from boost.training.config_error import ConfigError
+from boost.training.data.offline_tokenizer import ensure_stdlib_tokenizer
+from boost.training.data.prepare.cli import main
+from boost.training.data.prepare.holdout import holds_out
+from boost.training.data.prepare.preparer import prepare_corpus
+from boost.training.data.prepare.worker_pool import HOLD_ENV
+from boost.training.data.stdlib_corpus import read_stdlib_file, stdlib_files
+from boost.training.data.token_folder import MANIFEST, TokenSplit, read_manifest
 
 ROOT = Path(__file__).resolve().parents[2]
 # The default run vocabulary: its BPE is trained once per machine (the docstring examples share it).
@@ -201,7 +201,7 @@ def test_ctrl_c_says_one_line_and_a_rerun_finishes_the_same_bytes(tmp_path, toke
     for i in range(4):  # equal shares: after the first file is done, three remain to interrupt
         write_jsonl(corpus / f"part-{i}.json.gz", texts[i::4], compress=True)
     out = tmp_path / "tokens"
-    command = [sys.executable, "-m", "boost.data.prepare", "--tokenizer", str(tokenizer_folder)]
+    command = [sys.executable, "-m", "boost.training.data.prepare", "--tokenizer", str(tokenizer_folder)]
     command += ["--input", str(corpus), "--output", str(out), "--workers", "1"]
     # the one worker waits at this FIFO after each file: held open here, the prepare stops after its
     # first file, and the Ctrl-C lands with exactly one file done and three to go
@@ -406,7 +406,7 @@ def test_inputs_and_options_refused_by_name(tmp_path, tokenizer_folder, capsys):
 
 
 def test_shard_writer_holds_uint32_ids_and_refuses_what_uint16_cannot(tmp_path):
-    from boost.data.token_folder import InputFile, Manifest, ShardWriter, Split, write_manifest
+    from boost.training.data.token_folder import InputFile, Manifest, ShardWriter, Split, write_manifest
 
     writer = ShardWriter(tmp_path, "train-00000", "uint32")
     writer.append([0, 70_000, 1], [3])

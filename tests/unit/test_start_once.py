@@ -13,7 +13,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torch import nn
 
-from boost.rules import MODEL_NAME
+from boost.training.rules import MODEL_NAME
 from torchtitan_ext.guards.checkpoint_guard import ResumePlan, prepare_resume
 from torchtitan_ext.preflight import check_job
 
@@ -138,8 +138,8 @@ def _one_device_parallel_dims():
 
 
 def test_the_model_name_is_stated_once():
-    from boost.hf.configuration_boost import BoostConfig
-    from boost.hf_folder import MODEL_TYPE
+    from boost.after_training.hf.configuration_boost import BoostConfig
+    from boost.after_training.hf_folder import MODEL_TYPE
 
     # the remote code runs without BOOST installed, so it spells the name out: it must agree
     assert BoostConfig.model_type == MODEL_TYPE == MODEL_NAME

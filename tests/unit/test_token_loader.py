@@ -17,7 +17,7 @@ import pytest
 import torch.distributed.checkpoint as dcp
 from torchtitan.config import ConfigManager
 
-from boost.config_error import ConfigError
+from boost.training.config_error import ConfigError
 from tests.token_folders import write_token_folder
 from torchtitan_ext.data.text_datasets import build_boost_dataloader, build_boost_validation_dataloader
 from torchtitan_ext.data.token_loader import GlobalOrderDataloader
@@ -146,7 +146,7 @@ def test_the_preflight_refuses_what_a_token_folder_cannot_serve(
     write_token_folder(unfinished, tokenizer_folder, VOCAB, [list(range(64))], finished=False)
     assert refusal(args(unfinished)) == (
         f"training.dataset_path = {str(unfinished)!r}: not a finished prepare (no manifest.json): run "
-        "python -m boost.data.prepare --config TOML --input CORPUS --output DIR with this folder as DIR "
+        "python -m boost.training.data.prepare --config TOML --input CORPUS --output DIR with this folder as DIR "
         "(a re-run continues an interrupted one)"
     )
     assert "no such folder; prepare a corpus into it first" in refusal(args(tmp_path / "nowhere"))
@@ -176,7 +176,7 @@ def test_the_preflight_refuses_what_a_token_folder_cannot_serve(
     assert refusal(args(beyond)) == (
         f"training.dataset_path = {str(beyond)!r}: its train split holds token id {VOCAB + 5}, beyond the model's "
         f"vocabulary of {VOCAB} ids (this run's tokenizer): prepare the corpus again with the run's TOML "
-        "(python -m boost.data.prepare --config TOML --input CORPUS --output DIR)"
+        "(python -m boost.training.data.prepare --config TOML --input CORPUS --output DIR)"
     )
 
     assert refusal(args(folder, "--training.local_batch_size", "40"), 2) == (
@@ -269,7 +269,7 @@ def test_every_shipped_tomls_header_trains_on_a_prepared_folder(cache_dir, tmp_p
         header = "".join(
             line[1:].strip() + " " for line in toml.read_text().splitlines() if line.startswith("#")
         )
-        prepare, _, train = header.partition("python -m boost.data.prepare ")[2].partition("NGPU=")
+        prepare, _, train = header.partition("python -m boost.training.data.prepare ")[2].partition("NGPU=")
         assert prepare.split()[:2] == ["--config", f"train_configs/{name}.toml"], name
         ngpu, command = train.split(" ", 1)
         overrides = command.partition("./run_train.sh ")[2].partition(" (README")[0].replace("\\", "").split()
@@ -300,7 +300,8 @@ def test_a_large_local_corpus_is_warned_about_from_its_file_sizes_before_it_is_r
     assert str(warned[0].message).startswith(
         f"training.dataset_path = {str(corpus)!r}: a local corpus of 0.0 GB of files, which every rank holds in "
         "memory (several times its size); prepare it once into token shards and train from them: "
-        "python -m boost.data.prepare --config TOML --input CORPUS --output DIR, then --training.dataset tokens"
+        "python -m boost.training.data.prepare --config TOML --input CORPUS --output DIR, "
+        "then --training.dataset tokens"
     )
 
 

@@ -1,7 +1,7 @@
 """The ``tokens`` dataset's global order, in the library alone: the keyed shuffle, the blend, the
 data-parallel arithmetic, epochs, validation passes and the checkpointed position.
 
-Every folder here is written with ``boost.data.token_folder.write_shard`` from made-up ids (the
+Every folder here is written with ``boost.training.data.token_folder.write_shard`` from made-up ids (the
 order does not read them as text), small enough that whole epochs are enumerated.
 """
 
@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from boost.config_error import ConfigError
-from boost.data.keyed_permutation import KeyedPermutation
-from boost.data.token_batches import TokenBatches
-from boost.data.token_blend import BlendSchedule, parse_blend
-from boost.data.token_folder import TokenSplit, read_manifest
-from boost.data.token_order import TokenOrder, micro_batch_start
+from boost.training.config_error import ConfigError
+from boost.training.data.keyed_permutation import KeyedPermutation
+from boost.training.data.token_batches import TokenBatches
+from boost.training.data.token_blend import BlendSchedule, parse_blend
+from boost.training.data.token_folder import TokenSplit, read_manifest
+from boost.training.data.token_order import TokenOrder, micro_batch_start
 from tests.token_folders import write_token_folder
 
 SEQ_LEN = 7  # windows of 8 tokens
@@ -92,7 +92,7 @@ def test_a_new_epoch_is_logged_by_every_rank(split60, caplog):
     order = TokenOrder([split60], [Fraction(1)], SEQ_LEN, seed=0)
     for rank in range(2):
         caplog.clear()
-        with caplog.at_level(logging.INFO, logger="boost.data.token_batches"):
+        with caplog.at_level(logging.INFO, logger="boost.training.data.token_batches"):
             batches = iter(
                 TokenBatches(order, rank, 2, 4)
             )  # global micro-batches of 8: 60 falls inside the 8th

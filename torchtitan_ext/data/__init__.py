@@ -1,1 +1,2 @@
-"""The trainer's data: BOOST's corpora and tokenizer (``boost.data``) registered with torchtitan's dataloader."""
+"""The trainer's data: BOOST's corpora and tokenizer (``boost.training.data``) registered with
+torchtitan's dataloader."""

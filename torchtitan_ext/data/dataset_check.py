@@ -12,9 +12,9 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from boost.config_error import refuse
-from boost.data.local_files import local_text_files, read_local_corpus
-from boost.data.token_folder import PREPARE_COMMAND
+from boost.training.config_error import refuse
+from boost.training.data.local_files import local_text_files, read_local_corpus
+from boost.training.data.token_folder import PREPARE_COMMAND
 from torchtitan_ext.data.token_sources import TOKENS
 from torchtitan_ext.preflight.schema import torchtitan_datasets
 

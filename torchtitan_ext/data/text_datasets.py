@@ -8,10 +8,10 @@ torchtitan's ``Validator`` reading a ``HeldOutTextDataset``, which starts afresh
   (``torchtitan_ext.data.token_loader``; not in torchtitan's registry, which holds text datasets).
 
 - ``stdlib`` / ``stdlib_validation``: the interpreter's standard library, split by path hash
-  (``boost.data.stdlib_corpus``).
+  (``boost.training.data.stdlib_corpus``).
 - ``local``: ``training.dataset_path`` (``validation.dataset_path`` for validation), a ``.txt``
   (one document per file), ``.jsonl`` (field ``text``) or ``.parquet`` (column ``text``) file, or a
-  folder of them, read strictly by ``boost.data.local_files``. Held in memory by every rank, so
+  folder of them, read strictly by ``boost.training.data.local_files``. Held in memory by every rank, so
   the preflight warns past
   ``dataset_check.LOCAL_CORPUS_WARN_BYTES`` of files and says to prepare the corpus.
 - any other name: torchtitan's own registry (``c4`` etc., which needs a network).
@@ -36,9 +36,9 @@ from torchtitan.hf_datasets import DatasetConfig
 from torchtitan.hf_datasets.text_datasets import DATASETS, HuggingFaceTextDataset, build_text_dataloader
 from torchtitan.tools.logging import logger
 
-from boost.config_error import ConfigError
-from boost.data.local_files import local_text_files, read_local_corpus
-from boost.data.stdlib_corpus import stdlib_texts
+from boost.training.config_error import ConfigError
+from boost.training.data.local_files import local_text_files, read_local_corpus
+from boost.training.data.stdlib_corpus import stdlib_texts
 from torchtitan_ext.data.token_loader import build_token_dataloader, build_token_validation_dataloader
 from torchtitan_ext.data.token_sources import is_tokens
 from torchtitan_ext.torchtitan_private import validators_built_with

@@ -2,7 +2,7 @@
 
 ``check_token_data`` refuses, before any process starts, each way a prepared folder cannot serve the
 run: not a finished prepare (``read_manifest``), a malformed blend (``parse_blend``), a tokenizer
-other than the run's (the manifest's fingerprint against ``boost.data.tokenizer_fingerprint`` of
+other than the run's (the manifest's fingerprint against ``boost.training.data.tokenizer_fingerprint`` of
 the run's tokenizer folder), ids beyond the model's vocabulary (the manifest's ``max_token_id``),
 and a split too small for one batch on every data-parallel rank. No shard is opened: the manifest
 records what the checks need.
@@ -20,10 +20,10 @@ import io
 import pickle
 from pathlib import Path
 
-from boost.config_error import refuse
-from boost.data.token_blend import BlendSchedule
-from boost.data.token_order import order_differences, order_identity, unrepeated_length
-from boost.data.tokenizer_fingerprint import tokenizer_fingerprint
+from boost.training.config_error import refuse
+from boost.training.data.token_blend import BlendSchedule
+from boost.training.data.token_order import order_differences, order_identity, unrepeated_length
+from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
 from torchtitan_ext.data.token_sources import (
     DATASET_STATE,
     TOKEN_ORDER,
@@ -34,7 +34,7 @@ from torchtitan_ext.data.token_sources import (
 )
 from torchtitan_ext.data.tokenizer import boost_tokenizer_dir, folder_vocab_size
 
-REPREPARE = "python -m boost.data.prepare --config TOML --input CORPUS --output DIR"
+REPREPARE = "python -m boost.training.data.prepare --config TOML --input CORPUS --output DIR"
 
 
 def _check_tokenizer(source: TokenSource, fingerprint: str, tokenizer_folder: Path, vocab: int) -> None:
@@ -91,7 +91,7 @@ def check_token_data(job, section: str, dp: int) -> None:
 
 
 def job_token_order(job) -> dict:
-    """The global order ``job`` trains on (``boost.data.token_order.order_identity``), from manifests."""
+    """The global order ``job`` trains on (``boost.training.data.token_order.order_identity``), from manifests."""
     sources = training_sources(job)
     return order_identity(
         job.training.seq_len, dataset_seed(job), [s.tokens for s in sources], [s.weight for s in sources]
@@ -107,7 +107,7 @@ class _PlainDataUnpickler(pickle.Unpickler):
 
 def saved_token_position(checkpoint: Path) -> dict | None:
     """The ``tokens`` dataset state in ``checkpoint`` (its global position and order), or ``None``."""
-    from boost.checkpoint_folder import read_bytes_item
+    from boost.runtime.checkpoint_folder import read_bytes_item
 
     raw = read_bytes_item(checkpoint, f"dataloader.{TOKEN_ORDER}")
     if raw is None:

@@ -1,7 +1,7 @@
 """The ``tokens`` dataset in torchtitan's trainer and validator: prepared folders, memory-mapped, in a global order.
 
 ``build_token_dataloader`` gives a rank its micro-batches of the global order
-(``boost.data.token_order``, ``boost.data.token_batches``) through a ``GlobalOrderDataloader``:
+(``boost.training.data.token_order``, ``boost.training.data.token_batches``) through a ``GlobalOrderDataloader``:
 torchtitan's ``ParallelAwareDataloader`` (torchdata's ``StatefulDataLoader``) whose checkpoint state
 is the order's, not a rank's. torchtitan's own keys each rank's state ``dp_rank_<r>`` and asserts
 on load that the data-parallel degree is unchanged (it cannot reshard a per-rank position); the
@@ -25,10 +25,10 @@ from torchtitan.components.tokenizer import BaseTokenizer
 from torchtitan.config import JobConfig
 from torchtitan.tools.logging import logger
 
-from boost.data.token_batches import TokenBatches
-from boost.data.token_blend import BlendPart, describe_blend
-from boost.data.token_folder import TokenSplit
-from boost.data.token_order import TokenOrder
+from boost.training.data.token_batches import TokenBatches
+from boost.training.data.token_blend import BlendPart, describe_blend
+from boost.training.data.token_folder import TokenSplit
+from boost.training.data.token_order import TokenOrder
 from torchtitan_ext.data.token_sources import (
     DATASET_STATE,
     TOKEN_ORDER,

@@ -1,6 +1,6 @@
 """What a job's ``tokens`` dataset reads: the prepared folders of its blend, their manifests, one split of each.
 
-- training: ``training.dataset_path`` (``DIR`` or ``W1:DIR1,W2:DIR2,...``, ``boost.data.token_blend``),
+- training: ``training.dataset_path`` (``DIR`` or ``W1:DIR1,W2:DIR2,...``, ``boost.training.data.token_blend``),
   the ``train`` split of each folder, shuffled with ``training.dataset_seed`` (unset: ``debug.seed``,
   else 0);
 - validation: ``validation.dataset_path`` in the same form, each folder's ``validation`` split where
@@ -8,7 +8,7 @@
   ``validation`` splits of the training folders (``--validation-fraction`` at prepare), with the
   training weights.
 
-Only manifests are read here (``boost.data.token_folder.read_manifest``): the preflight decides
+Only manifests are read here (``boost.training.data.token_folder.read_manifest``): the preflight decides
 from them, and the loaders map the splits they name.
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from boost.config_error import refuse
-from boost.data.token_blend import parse_blend
-from boost.data.token_folder import PREPARE_COMMAND, Manifest, read_manifest
+from boost.training.config_error import refuse
+from boost.training.data.token_blend import parse_blend
+from boost.training.data.token_folder import PREPARE_COMMAND, Manifest, read_manifest
 
 TOKENS = "tokens"
 # torchdata's key of the dataset's own state in a StatefulDataLoader's (torchdata.stateful_dataloader.incremental_state)

@@ -1,7 +1,7 @@
 """The tokenizer of a BOOST run, from its job config: torchtitan's ``build_tokenizer_fn`` and the preflight's check.
 
 The tokenizer is ``model.hf_assets_path`` when that folder holds a ``tokenizer.json``; otherwise the
-offline byte-level BPE of ``boost.data.offline_tokenizer``, sized by ``boost.tokenizer_vocab_size``
+offline byte-level BPE of ``boost.training.data.offline_tokenizer``, sized by ``boost.tokenizer_vocab_size``
 and cached under ``boost.cache_dir``. The model's vocabulary is the tokenizer's (``boost_vocab_size``).
 """
 
@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from tokenizers import Tokenizer
 
-from boost.config_error import ConfigError, refuse
-from boost.data.offline_tokenizer import tokenizer_dir
+from boost.training.config_error import ConfigError, refuse
+from boost.training.data.offline_tokenizer import tokenizer_dir
 
 if TYPE_CHECKING:
     from torchtitan.components.tokenizer import HuggingFaceTokenizer

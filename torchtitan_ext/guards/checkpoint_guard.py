@@ -2,7 +2,7 @@
 
 torchtitan resumes from the highest ``step-N`` folder under ``job.dump_folder/checkpoint.folder``
 that has a ``.metadata`` file. Before the trainer starts, every rank (read-only, so no coordination
-is needed) picks instead the newest *intact* checkpoint by ``boost.checkpoint_folder``'s rules (the
+is needed) picks instead the newest *intact* checkpoint by ``boost.runtime.checkpoint_folder``'s rules (the
 folder name, the ``.metadata`` allowlist, the data files, the weights-only items) into a ``ResumePlan``,
 which the checkpoint manager loads, so torchtitan loads exactly what was checked; the job
 configuration is read, never written. Each skipped
@@ -20,14 +20,14 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from boost.checkpoint_folder import (
+from boost.runtime.checkpoint_folder import (
     checkpoint_folders,
     choose_checkpoint,
     inspect_checkpoint,
     read_bytes_item,
     read_metadata,
 )
-from boost.rules import data_parallel_degree
+from boost.training.rules import data_parallel_degree
 from torchtitan_ext.data.token_checks import token_order_problem
 from torchtitan_ext.data.token_sources import TOKEN_ORDER, is_tokens
 from torchtitan_ext.guards.checkpoint_identity import (
@@ -167,7 +167,7 @@ def saved_data_parallel_degree(checkpoint: Path) -> int | None:
 
 
 def job_data_parallel_degree(job, world_size: int) -> int:
-    """How many different batches a step of ``job`` reads at ``world_size`` (``boost.rules``)."""
+    """How many different batches a step of ``job`` reads at ``world_size`` (``boost.training.rules``)."""
     par = job.parallelism
     return data_parallel_degree(
         world_size,

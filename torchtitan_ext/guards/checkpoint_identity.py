@@ -28,9 +28,9 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-from boost.data.tokenizer_fingerprint import tokenizer_fingerprint
-from boost.model.args import FLAVORS, ModelArgs
-from boost.rules import MODEL_NAME, norm_is_shard_local
+from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
+from boost.training.model.args import FLAVORS, ModelArgs
+from boost.training.rules import MODEL_NAME, norm_is_shard_local
 
 IDENTITY_FILE = "boost_model.json"
 

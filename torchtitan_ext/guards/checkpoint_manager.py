@@ -4,7 +4,7 @@ Three changes to torchtitan 0.2.2's manager, each in the method that owns the be
 
 - ``dcp_save``: rank 0 writes ``boost_model.json`` (``checkpoint_identity.py``) into the step folder
   before DCP writes its ``.metadata``, so every completed checkpoint records the model it holds.
-- ``_find_load_step`` and ``_purge_stale_checkpoints`` use ``boost.checkpoint_folder.checkpoint_step``
+- ``_find_load_step`` and ``_purge_stale_checkpoints`` use ``boost.runtime.checkpoint_folder.checkpoint_step``
   (folders named exactly ``step-N``). torchtitan's versions ``re.search`` the name, so a backup
   ``keep-step-500`` was taken for step 500 and deleted by ``keep_latest_k``.
 - ``_save_last_step``: torchtitan's ``save`` returns right after the last step's save, before its
@@ -32,7 +32,7 @@ from typing import cast
 import torch.distributed as dist
 from torchtitan.components.checkpoint import DATALOADER, CheckpointManager
 
-from boost.checkpoint_folder import checkpoint_folders, checkpoint_step
+from boost.runtime.checkpoint_folder import checkpoint_folders, checkpoint_step
 from torchtitan_ext.guards.checkpoint_guard import ResumePlan
 from torchtitan_ext.guards.checkpoint_identity import write_identity
 from torchtitan_ext.startup_clock import STARTUP

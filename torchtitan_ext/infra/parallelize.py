@@ -25,14 +25,14 @@ from torchtitan.models.llama3.infra.parallelize import (
 )
 from torchtitan.tools.logging import logger
 
-import boost.parallel
+import boost.training.parallel
 from torchtitan_ext.torchtitan_private import data_parallel_mesh
 
 
 def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config) -> nn.Module:
     cfg = job_config.boost
     if parallel_dims.tp_enabled:
-        boost.parallel.apply_tp(
+        boost.training.parallel.apply_tp(
             model,
             parallel_dims.get_mesh("tp"),
             scheme=cfg.tp_scheme,
@@ -49,9 +49,9 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
     # mode beside it). "full" is torchtitan's whole-block AC, applied by torchtitan's own code.
     ac_mode = cfg.activation_checkpoint
     if ac_mode == "full" and compile_model:
-        boost.parallel.apply_compiled_full_ac(
+        boost.training.parallel.apply_compiled_full_ac(
             model
-        )  # keeps attention: see boost.parallel.activation_checkpoint
+        )  # keeps attention: see boost.training.parallel.activation_checkpoint
         logger.info(
             "Applied full activation checkpointing to the model (attention output kept, for torch.compile)"
         )
@@ -62,7 +62,7 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
             model, ac_config, model_compile_enabled=compile_model, base_folder=job_config.job.dump_folder
         )
     elif ac_mode == "lowrank":
-        boost.parallel.apply_lowrank_ac(model, compiled=compile_model)
+        boost.training.parallel.apply_lowrank_ac(model, compiled=compile_model)
         logger.info(
             "Applied low-rank activation checkpointing (%s)",
             "selective, for torch.compile" if compile_model else "record and replay",

@@ -67,7 +67,7 @@ from torchtitan.distributed.pipeline_parallel import build_pipeline_schedule, ge
 from torchtitan.protocols.train_spec import BaseModelArgs, ParallelizeFunction
 from torchtitan.tools.logging import logger
 
-from boost.rules import SCHEMES, linear_kind, pipeline_stage_count, pipeline_stages_problem
+from boost.training.rules import SCHEMES, linear_kind, pipeline_stage_count, pipeline_stages_problem
 from torchtitan_ext.infra.parallelize import fsdp_wraps
 from torchtitan_ext.torch_private import (
     PipelineSchedule,

@@ -5,10 +5,10 @@
 reads a job without torch or torchtitan (``schema``: torchtitan's dataclasses from a snapshot,
 ``config_types``: each value's type, ``command_line``: the overrides as torchtitan's parser would read
 them); ``check`` runs the table of range and combination rules (``job_rules``; BOOST's own rules come
-from ``boost.rules``) and the input files.
+from ``boost.training.rules``) and the input files.
 """
 
-from boost.lazy_exports import lazy_exports
+from boost.runtime.lazy_exports import lazy_exports
 
 # Loaded on first use: importing torchtitan_ext.preflight.read must not load the checks' imports (torch).
 _EXPORTS = {

@@ -28,7 +28,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
-from boost.config_error import ConfigError, refuse
+from boost.training.config_error import ConfigError, refuse
 from torchtitan_ext.preflight.config_types import check_instance
 from torchtitan_ext.preflight.job_rules import JobContext, broken_rule
 from torchtitan_ext.preflight.job_warnings import JobWarning, job_warnings

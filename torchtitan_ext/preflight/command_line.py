@@ -25,7 +25,7 @@ import typing
 from dataclasses import dataclass, is_dataclass
 from typing import Any, Literal, Union
 
-from boost.config_error import ConfigError
+from boost.training.config_error import ConfigError
 from torchtitan_ext.preflight.config_types import describe, field_types
 
 HELP_FLAGS = ("-h", "--help")

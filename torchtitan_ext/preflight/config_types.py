@@ -25,7 +25,7 @@ import typing
 from dataclasses import fields, is_dataclass
 from typing import Any, Literal, Union
 
-from boost.config_error import ConfigError, refuse
+from boost.training.config_error import ConfigError, refuse
 
 
 @functools.cache

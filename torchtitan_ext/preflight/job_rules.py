@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
-from boost import rules
-from boost.model.args import FLAVORS, ModelArgs
-from boost.rules import AC_MODES, KINDS, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
+from boost.training import rules
+from boost.training.model.args import FLAVORS, ModelArgs
+from boost.training.rules import AC_MODES, KINDS, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
 
 # torchtitan.components.optimizer.build_optimizers knows Adam and AdamW (NotImplementedError otherwise);
 # torchtitan_ext.optimizer.build_boost_optimizers adds LORO.

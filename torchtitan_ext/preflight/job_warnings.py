@@ -8,7 +8,7 @@ a rank that checks its own job (started by torchrun directly) warns with ``JobWa
 
 from __future__ import annotations
 
-from boost.rules import SHARD_LOCAL_NORM_WARNING, norm_is_shard_local
+from boost.training.rules import SHARD_LOCAL_NORM_WARNING, norm_is_shard_local
 
 # A step of train_configs/60M.toml's model on a 2-core CPU, bf16 autocast against float32, interleaved
 # (bench/results/cpu_bf16.md): without bf16 instructions (torch's AVX2 kernels, most CPUs) bf16 has no

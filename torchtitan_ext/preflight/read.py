@@ -24,7 +24,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
-from boost.config_error import ConfigError, refuse
+from boost.training.config_error import ConfigError, refuse
 from torchtitan_ext.preflight.command_line import HELP_FLAGS, parse_overrides
 from torchtitan_ext.preflight.config_types import check_table, field_types
 from torchtitan_ext.preflight.schema import job_config_class

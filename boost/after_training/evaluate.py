@@ -1,0 +1,210 @@
+"""Perplexity and bits per byte of a trained BOOST model on a text corpus.
+
+Documents are framed and packed exactly as the trainer's validation packs them (torchtitan's
+``HuggingFaceTextDataset``): ``[BOS] text [EOS]`` per document, concatenated, cut into consecutive
+windows of ``seq_len + 1`` tokens; each window scores its last ``seq_len`` tokens. So the loss here
+is the trainer's validation loss on the same split. Reported:
+
+- ``loss``: mean next-token cross-entropy in nats, ``perplexity = exp(loss)``;
+- ``bits_per_byte``: the summed cross-entropy in bits over the UTF-8 bytes of the scored tokens
+  (BOS/EOS count no bytes), which compares across tokenizers.
+
+CLI (the run's held-out split, or ``--data`` a ``.txt``/``.jsonl``/``.parquet`` file or folder)::
+
+    python -m boost.after_training.evaluate --config train_configs/debug.toml [--data notes.txt] [--max-tokens 65536]
+    torchrun --nproc_per_node 2 -m boost.after_training.evaluate --config ...       # BTP over 2 processes, same number
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from boost.training.data.local_files import read_local_corpus  # the trainer's readers, not copies
+from boost.training.data.stdlib_corpus import stdlib_texts
+from boost.training.model.model import Transformer
+
+
+@dataclass
+class Score:
+    loss: float
+    perplexity: float
+    bits_per_byte: float
+    tokens: int
+    bytes: int
+
+    def __str__(self) -> str:
+        return (
+            f"perplexity {self.perplexity:.4f}  loss {self.loss:.6f} nats/token  "
+            f"bits/byte {self.bits_per_byte:.6f}  ({self.tokens} tokens, {self.bytes} bytes)"
+        )
+
+
+def token_byte_lengths(tokenizer) -> torch.Tensor:
+    """UTF-8 bytes each token id stands for (``(vocab,)``; special tokens 0).
+
+    Byte-level BPE (BOOST's offline tokenizer, GPT-2/LLaMA-3 style) spells every token in a
+    256-symbol alphabet, one symbol per byte, so its length is exact. Other tokenizers decode each
+    token alone, which is exact for whole-character tokens.
+    """
+    from tokenizers import decoders
+
+    tok = tokenizer.tokenizer
+    byte_level = isinstance(tok.decoder, decoders.ByteLevel)
+    special = {t for t in (tokenizer.bos_id, tokenizer.eos_id) if t is not None}
+    special |= {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
+    lengths = torch.zeros(tok.get_vocab_size(), dtype=torch.long)
+    for i in range(tok.get_vocab_size()):
+        if i in special:
+            continue
+        lengths[i] = len(tok.id_to_token(i)) if byte_level else len(tok.decode([i]).encode("utf-8"))
+    return lengths
+
+
+def packed_windows(documents: Iterable[list[int]], seq_len: int) -> Iterator[list[int]]:
+    """Consecutive ``seq_len + 1``-token windows of the concatenated documents (the tail is dropped)."""
+    buffer: list[int] = []
+    for ids in documents:
+        buffer.extend(ids)
+        while len(buffer) >= seq_len + 1:
+            yield buffer[: seq_len + 1]
+            buffer = buffer[seq_len + 1 :]
+
+
+@torch.no_grad()
+def score(
+    model: Transformer,
+    windows: Iterable[list[int]],
+    byte_lengths: torch.Tensor,
+    batch_size: int = 8,
+    max_tokens: int | None = None,
+    progress: bool = True,
+) -> Score:
+    """Cross-entropy of ``model`` on the windows, ``batch_size`` at a time, up to ``max_tokens`` scored tokens.
+
+    Example::
+
+        >>> from boost.training.model import ModelArgs, Transformer
+        >>> _ = torch.manual_seed(0)
+        >>> model = Transformer(ModelArgs.from_flavor("debug", vocab_size=512, n_layers=2)).eval()
+        >>> windows = packed_windows([list(range(1, 300))], seq_len=64)
+        >>> s = score(model, windows, torch.ones(512, dtype=torch.long), progress=False)
+        >>> s.tokens
+        256
+    """
+    nll, tokens, n_bytes = 0.0, 0, 0
+    total = max_tokens
+    if isinstance(windows, list) and windows:  # a known amount of work: the bar shows the remaining time
+        total = min(len(windows) * (len(windows[0]) - 1), max_tokens or float("inf"))
+    bar = tqdm(total=total, unit="tok", disable=not progress, file=sys.stderr, desc="scoring")
+    batch: list[list[int]] = []
+
+    def flush() -> None:
+        nonlocal nll, tokens, n_bytes
+        ids = torch.tensor(batch)
+        logits = model(ids[:, :-1])
+        labels = ids[:, 1:]
+        # Summed in float64: the same total whatever the batching or process count.
+        nll += (
+            F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), reduction="sum").double().item()
+        )
+        tokens += labels.numel()
+        n_bytes += int(byte_lengths[labels].sum())
+        bar.update(labels.numel())
+        batch.clear()
+
+    for window in windows:
+        if max_tokens is not None and tokens + (len(batch) + 1) * (len(window) - 1) > max_tokens:
+            break
+        batch.append(window)
+        if len(batch) == batch_size:
+            flush()
+    if batch:
+        flush()
+    bar.close()
+    if tokens == 0:
+        raise ValueError(
+            "no window to score: the text is shorter than seq_len + 1 tokens (or --max-tokens < seq_len)"
+        )
+    loss = nll / tokens
+    return Score(loss, math.exp(loss), nll / math.log(2) / max(n_bytes, 1), tokens, n_bytes)
+
+
+def corpus_texts(config: dict, data: str | None) -> tuple[list[str], str]:
+    """Texts of ``--data`` or of the run's held-out split (``[validation]`` of the TOML), and a name for them."""
+    if data is not None:
+        return read_local_corpus(data, "data"), data  # messages read "data = ...: set --data to ..."
+    validation = config.get("validation", {})
+    dataset = validation.get("dataset", "stdlib_validation")
+    if dataset == "stdlib_validation":
+        return stdlib_texts("validation"), "stdlib held-out split"
+    if dataset == "local":
+        path = validation.get("dataset_path")
+        return read_local_corpus(path, "validation.dataset_path"), path
+    raise ValueError(f"validation.dataset = {dataset!r} is not available offline here; pass --data FILE")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m boost.after_training.evaluate", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--config", required=True, help="the run's TOML (train_configs/...)")
+    parser.add_argument(
+        "--checkpoint", default=None, help="step-N folder or step number (default: newest intact)"
+    )
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder (default: the run's)")
+    parser.add_argument(
+        "--data", default=None, help=".txt/.jsonl/.parquet file or folder (default: held-out split)"
+    )
+    parser.add_argument(
+        "--seq-len", type=int, default=None, help="window length (default: validation.seq_len)"
+    )
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--max-tokens", type=int, default=None, help="stop after this many scored tokens")
+    ns = parser.parse_args(argv)
+
+    from boost.after_training.trained_run import load_run, shard_for_inference
+    from boost.training.data.run_tokenizer import RunError, read_toml
+
+    try:
+        for option in ("seq_len", "batch_size", "max_tokens"):
+            if getattr(ns, option) is not None and getattr(ns, option) < 1:
+                raise ValueError(f"--{option.replace('_', '-')} {getattr(ns, option)} must be >= 1")
+        config = read_toml(ns.config)
+        seq_len = (
+            ns.seq_len
+            or config.get("validation", {}).get("seq_len")
+            or config.get("training", {}).get("seq_len", 2048)
+        )
+        texts, name = corpus_texts(config, ns.data)
+        run = load_run(ns.config, ns.checkpoint, ns.tokenizer, max_seq_len=seq_len)
+        rank = shard_for_inference(run.model, run.config)
+        eos = [run.tokenizer.eos_id] if run.tokenizer.eos_id is not None else []
+        documents = (run.tokenizer.encode(t) + eos for t in texts)
+        result = score(
+            run.model, list(packed_windows(documents, seq_len)), token_byte_lengths(run.tokenizer),
+            ns.batch_size, ns.max_tokens, progress=rank == 0,
+        )  # fmt: skip
+        if rank == 0:
+            print(f"{run.checkpoint} on {name}, seq_len {seq_len}: {result}")
+    except (RunError, ValueError, FileNotFoundError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    from boost.runtime.process_exit import exit_finished_process
+
+    code = main()
+    if code == 0 and torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+        exit_finished_process()  # under torchrun: gloo can abort in interpreter finalisation
+    sys.exit(code)

@@ -1,0 +1,87 @@
+"""``python -m boost.after_training.interop``: ``import`` a Hugging Face LLaMA folder, ``export`` a run or a folder.
+
+Every refusal prints one line, ``error: <message>``, and exits 2; the ``--out`` path is checked
+before any work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from boost.after_training.interop.factorize import format_report
+from boost.after_training.interop.read import load_hf, load_hf_with_report
+from boost.after_training.interop.write import densify, save_hf
+from boost.training.model.model import Transformer
+from boost.training.rules import LINEAR_KINDS
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m boost.after_training.interop",
+        description="Hugging Face LLaMA checkpoints in and out of BOOST.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    imp = sub.add_parser(
+        "import", help="Hugging Face LLaMA folder -> BOOST folder (prints the factorisation errors)"
+    )
+    imp.add_argument("hf_dir")
+    imp.add_argument("--linear", choices=LINEAR_KINDS, default="full")
+    imp.add_argument("--rank", type=int, default=None, help="bottleneck rank (default hidden_size // 4)")
+    imp.add_argument("--out", required=True)
+    exp = sub.add_parser(
+        "export",
+        help="a run's DCP checkpoint or a BOOST folder -> transformers folder (any kind, with tokenizer)",
+    )
+    exp.add_argument(
+        "source", nargs="?", help="folder (BOOST/transformers), or with --config a step-N folder or step"
+    )
+    exp.add_argument(
+        "--config", default=None, help="the run's TOML: export its newest (or the given) checkpoint"
+    )
+    exp.add_argument(
+        "--tokenizer", default=None, help="tokenizer folder (default: the run's / the source folder's)"
+    )
+    exp.add_argument(
+        "--densify", action="store_true", help="svd only: write plain LlamaForCausalLM (W = B·A)"
+    )
+    exp.add_argument("--out", required=True)
+    ns = parser.parse_args(argv)
+    from boost.training.data.run_tokenizer import RunError
+
+    try:
+        if Path(ns.out).exists() and not Path(ns.out).is_dir():
+            raise FileExistsError(f"--out {ns.out} is an existing file; give a folder path")
+        if ns.command == "import":
+            model, report = load_hf_with_report(ns.hf_dir, ns.linear, ns.rank)
+            if model.model_args.low_rank:
+                print(
+                    f"rank-{model.model_args.rank} {ns.linear} import, relative Frobenius error ‖W − BA‖/‖W‖:"
+                )
+                print(format_report(report))
+            save_hf(model, ns.out)
+        else:
+            model, tokenizer = _export_source(ns)
+            save_hf(densify(model) if ns.densify else model, ns.out, tokenizer)
+    except (FileNotFoundError, FileExistsError, KeyError, ValueError, RunError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"wrote {ns.out}")
+    return 0
+
+
+def _export_source(ns: argparse.Namespace) -> tuple[Transformer, Path | None]:
+    """The model to export and its tokenizer folder: a run's DCP checkpoint (``--config``) or a folder."""
+    if ns.config is not None:
+        from boost.after_training.trained_run import load_run
+
+        run = load_run(ns.config, ns.source, ns.tokenizer)
+        return run.model, run.tokenizer.folder
+    if ns.source is None:
+        raise ValueError("export needs a source folder, or --config TOML for a run's newest checkpoint")
+    source = Path(ns.source)
+    if (source / ".metadata").is_file():
+        raise ValueError(f"{source} is a DCP checkpoint: add --config with the TOML of the run that wrote it")
+    tokenizer = ns.tokenizer or (source if (source / "tokenizer.json").is_file() else None)
+    return load_hf(source), tokenizer

@@ -1,0 +1,228 @@
+"""A finished training run, read back for inference: its TOML, newest DCP checkpoint and tokenizer.
+
+``load_run(config_toml, checkpoint)`` builds the ``boost.Transformer`` a run trained and fills it
+from a DCP checkpoint (a ``step-N`` folder torchtitan wrote), with no process group:
+
+- the TOML is read with ``tomllib``: ``model.flavor`` and ``boost.linear`` give the architecture;
+  rank, vocabulary, layer count and grouping are read from the checkpoint's own tensor shapes and
+  checked against the flavor, so a checkpoint from another config is refused with both names;
+- the checkpoint is the newest intact ``step-N`` under ``job.dump_folder/checkpoint.folder`` (the
+  trainer's own rule, ``boost.runtime.checkpoint_folder``, which also refuses a ``.metadata`` that would
+  unpickle anything beyond DCP's records), or the step number or folder given;
+- the tokenizer is ``model.hf_assets_path`` when it holds a ``tokenizer.json``, else the run's
+  cached offline BPE (the trainer's rule too, ``boost.training.data.offline_tokenizer``).
+
+Example::
+
+    >>> run = load_run("train_configs/debug.toml")               # newest checkpoint of the run
+    >>> ids = run.tokenizer.encode("def f(")                     # [BOS, ...] as the trainer framed text
+    >>> run.model(torch.tensor([ids])).shape == (1, len(ids), run.tokenizer.vocab_size)
+    True
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.distributed.checkpoint as dcp
+
+from boost.runtime.checkpoint_folder import choose_checkpoint, inspect_checkpoint
+from boost.training.data.run_tokenizer import (
+    RunError,
+    TextTokenizer,
+    load_tokenizer,
+    read_toml,
+    run_tokenizer_dir,
+)
+from boost.training.model.args import FLAVORS, ModelArgs
+from boost.training.model.model import Transformer, rope_cache
+from boost.training.rules import KINDS, LINEAR_KINDS
+
+
+@dataclass
+class TrainedRun:
+    model: Transformer
+    tokenizer: TextTokenizer
+    checkpoint: Path
+    config: dict
+
+
+def checkpoint_root(config: dict) -> Path:
+    """``job.dump_folder / checkpoint.folder`` (torchtitan's defaults when unset)."""
+    dump = config.get("job", {}).get("dump_folder", "./torchtitan/outputs")
+    return Path(dump).expanduser() / config.get("checkpoint", {}).get("folder", "checkpoint")
+
+
+def find_checkpoint(config: dict, checkpoint: str | int | None = None) -> Path:
+    """The DCP folder to read: ``checkpoint`` as a folder, a step number, or the newest intact step."""
+    root = checkpoint_root(config)
+    if checkpoint is None:
+        step, skipped = choose_checkpoint(root)
+        if step is None:
+            why = f" ({len(skipped)} corrupt: {skipped[0][1]})" if skipped else ""
+            raise RunError(
+                f"no checkpoint under {root}{why}; train first (./run_train.sh) or pass --checkpoint DIR"
+            )
+        path = root / f"step-{step}"
+    elif str(checkpoint).isdigit():
+        path = root / f"step-{int(checkpoint)}"
+    else:
+        path = Path(checkpoint).expanduser()
+    if not path.is_dir():
+        raise RunError(
+            f"--checkpoint {checkpoint}: {path} is not a folder; pass a step-N folder or a step number"
+        )
+    reason = inspect_checkpoint(path)
+    if reason is not None:
+        raise RunError(f"--checkpoint {path} cannot be read: {reason}")
+    return path
+
+
+def _tensor_shapes(path: Path) -> dict[str, torch.Size]:
+    metadata = dcp.FileSystemReader(str(path)).read_metadata()
+    return {k: v.size for k, v in metadata.state_dict_metadata.items() if hasattr(v, "size")}
+
+
+def _model_prefix(shapes: dict[str, torch.Size]) -> str:
+    # torchtitan stores the model flat ("tok_embeddings.weight"); other writers prefix "model.".
+    for prefix in ("", "model."):
+        if f"{prefix}tok_embeddings.weight" in shapes:
+            return prefix
+    raise RunError("the checkpoint holds no tok_embeddings.weight: it is not a BOOST model checkpoint")
+
+
+def model_args_from_run(
+    config: dict, shapes: dict[str, torch.Size], source: str, max_seq_len: int | None = None
+) -> ModelArgs:
+    """``ModelArgs`` of a run: architecture from the TOML, sizes from the checkpoint, each checked against the other."""
+    flavor = config.get("model", {}).get("flavor")
+    if flavor not in FLAVORS:
+        raise RunError(
+            f"{source}: model.flavor = {flavor!r} is not a BOOST flavor; choose one of {sorted(FLAVORS)}"
+        )
+    linear = config.get("boost", {}).get("linear", ModelArgs.linear)
+    if linear not in LINEAR_KINDS:
+        raise RunError(f"{source}: boost.linear = {linear!r} is unknown; choose one of {LINEAR_KINDS}")
+    p = _model_prefix(shapes)
+    vocab_size, dim = shapes[f"{p}tok_embeddings.weight"]
+    n_layers = len({k.split(".")[1 + p.count(".")] for k in shapes if k.startswith(f"{p}layers.")})
+    low_rank = f"{p}layers.0.attention.wo.down.weight" in shapes
+    if low_rank != KINDS[linear].low_rank:
+        raise RunError(
+            f"{source}: boost.linear = {linear!r} but the checkpoint holds a {'low-rank' if low_rank else 'dense'} "
+            "model; pass the TOML this run was trained with"
+        )
+    # not in the weights' shapes: the run's [boost] section, else the flavor's
+    overrides = {
+        "n_layers": n_layers,
+        "only_lr_act": config.get("boost", {}).get("only_lr_act", FLAVORS[flavor].only_lr_act),
+    }
+    if low_rank:
+        overrides["rank"] = shapes[f"{p}layers.0.attention.wo.down.weight"][0]
+        overrides["group_linears"] = f"{p}layers.0.attention.wqkv.down.weight" in shapes
+    train_len = config.get("training", {}).get("seq_len", 2048)
+    args = ModelArgs.from_flavor(
+        flavor,
+        linear=linear,
+        vocab_size=vocab_size,
+        max_seq_len=max(train_len, max_seq_len or 0),
+        **overrides,
+    )
+    if args.dim != dim or n_layers != FLAVORS[flavor].n_layers:
+        raise RunError(
+            f"{source}: flavor {flavor!r} has dim {args.dim} and {FLAVORS[flavor].n_layers} layers, the checkpoint "
+            f"dim {dim} and {n_layers} layers; pass the TOML this run was trained with"
+        )
+    return args
+
+
+def load_checkpoint_model(
+    path: Path, config: dict, source: str, max_seq_len: int | None = None
+) -> Transformer:
+    """A ``Transformer`` holding the model weights of the DCP checkpoint at ``path`` (no process group)."""
+    shapes = _tensor_shapes(path)
+    args = model_args_from_run(config, shapes, source, max_seq_len)
+    with torch.device("meta"):
+        model = Transformer(args)
+    model.to_empty(device="cpu")
+    model.rope = rope_cache(args.head_dim, args.max_seq_len, args.rope_theta)
+    prefix = _model_prefix(shapes)
+    state = {prefix + k: v for k, v in model.state_dict().items()}
+    missing = sorted(k for k in state if k not in shapes)
+    if missing:
+        raise RunError(
+            f"{path}: the checkpoint lacks {len(missing)} model tensor(s) the config implies, e.g. {missing[:3]}"
+        )
+    wrong = [k for k, v in state.items() if tuple(shapes[k]) != tuple(v.shape)]
+    if wrong:
+        k = wrong[0]
+        raise RunError(
+            f"{path}: tensor {k} has shape {tuple(shapes[k])}, the config implies {tuple(state[k].shape)}"
+        )
+    with warnings.catch_warnings():
+        # "torch.distributed is ... uninitialized, assuming ... a single process": exactly the intent.
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled", category=UserWarning)
+        dcp.load(state, checkpoint_id=str(path))  # fills the model's tensors in place
+    return model.eval()
+
+
+def load_run(
+    config_toml: str | Path,
+    checkpoint: str | int | None = None,
+    tokenizer_dir: str | Path | None = None,
+    max_seq_len: int | None = None,
+) -> TrainedRun:
+    """The model and tokenizer of a training run (see the module docstring for what is read where).
+
+    Args:
+        config_toml: the run's TOML (``train_configs/debug.toml``).
+        checkpoint: a ``step-N`` folder, a step number, or ``None`` for the newest intact one.
+        tokenizer_dir: overrides the run's tokenizer folder.
+        max_seq_len: positions the RoPE table must cover, if more than the run's ``training.seq_len``.
+    """
+    config = read_toml(config_toml)
+    path = find_checkpoint(config, checkpoint)
+    model = load_checkpoint_model(path, config, str(config_toml), max_seq_len)
+    tokenizer = load_tokenizer(tokenizer_dir or run_tokenizer_dir(config))
+    if tokenizer.vocab_size != model.model_args.vocab_size:
+        raise RunError(
+            f"tokenizer {tokenizer.folder} has {tokenizer.vocab_size} tokens, the checkpoint's embedding "
+            f"{model.model_args.vocab_size}; pass --tokenizer with the run's tokenizer folder"
+        )
+    return TrainedRun(model, tokenizer, path, config)
+
+
+def shard_for_inference(model: Transformer, config: dict) -> int:
+    """Shard ``model`` over all processes (``torchrun --nproc_per_node T``, or an initialised group); return the rank.
+
+    BTP for every low-rank kind (whatever scheme the run trained with: the weights are the same),
+    Megatron for the dense one, on CPU processes with gloo. Logits come back replicated (no
+    loss-parallel), so every rank samples the same token from the same generator and scores the
+    same loss. With one process nothing is done.
+    """
+    import os
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        if int(os.environ.get("WORLD_SIZE", "1")) == 1:
+            return 0
+        dist.init_process_group("gloo")
+    if dist.get_world_size() == 1:
+        return dist.get_rank()
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from boost.training.parallel import apply_tp
+
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
+    apply_tp(
+        model,
+        mesh,
+        scheme=KINDS[model.model_args.linear].tp_scheme,
+        norm=config.get("boost", {}).get("norm", "online"),
+        loss_parallel=False,
+    )
+    return dist.get_rank()

@@ -1,7 +1,0 @@
-"""Optimizers for BOOST models: LORO, the low-rank Riemannian optimizer, and its learning-rate schedule."""
-
-from boost.optim.cosine_restart import cosine_restart_factor
-from boost.optim.factor_pairs import FactorPair, factor_pairs
-from boost.optim.loro import LORO
-
-__all__ = ["LORO", "FactorPair", "factor_pairs", "cosine_restart_factor"]

@@ -1,0 +1,131 @@
+"""Closed-form tensor-parallel communication per transformer layer, per direction.
+
+Counts and sizes are per rank and count each collective at its full (un-sharded) payload, the
+convention of ``boost.CommCounter``; the tests check these formulas against the counter.
+``tokens`` is b·s. For ``btp`` the norm statistics (one value per token per pre-norm) are listed
+separately from the 7·r latent columns.
+
+Example::
+
+    >>> from boost.training.model import ModelArgs
+    >>> args = ModelArgs.from_flavor("7B", linear="cola")
+    >>> fwd = per_layer(args, "btp", tokens=4 * 4096)["forward"]
+    >>> fwd["all_reduce"]
+    (4, 117473280)
+"""
+
+from __future__ import annotations
+
+from boost.training.rules import SCHEMES
+
+Volume = dict[str, tuple[int, int]]  # collective kind -> (count, elements)
+Collectives = list[tuple[str, int]]  # one entry per collective: (kind, columns per token)
+
+
+def _bottleneck(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, Collectives]:
+    """btp: one all-reduce of each r-wide latent each way, and the pre-norms' statistics of the sharded
+    residual (one column per token)."""
+    r = args.rank
+    readers = [3 * r, 2 * r] if args.grouped else [r] * 5  # the q/k/v and gate/up down-projections
+    latents = [("all_reduce", width) for width in [*readers, r, r]]  # + o, down
+    if norm == "online" and args.grouped:
+        # the statistic rides in its reader's all-reduce: one more column, no more collectives
+        return [("all_reduce", width + 1) for width in readers] + latents[len(readers) :], latents
+    # each pre-norm's statistic: Σx² forward, Σ dy·γ·x backward
+    stats = [("all_reduce", 1)] * 2 if norm in ("online", "sync") else []
+    return latents + stats, latents + stats
+
+
+def _rank_sharded(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, Collectives]:
+    """vanilla: every B's partial output all-reduced at full width going forward; coming back, the input
+    gradient of each column-parallel A (attention's, o's, the MLP's and down's inputs)."""
+    d, f = args.dim, args.ffn_dim
+    kv = args.kv_heads * args.head_dim
+    b_outputs, a_inputs = (d, kv, kv, d, f, f, d), (d, d, d, f)
+    return [("all_reduce", width) for width in b_outputs], [("all_reduce", width) for width in a_inputs]
+
+
+def _dense(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, Collectives]:
+    """megatron: attention's and the MLP's outputs all-reduced each way; under sequence parallel each
+    all-reduce is a reduce-scatter and an all-gather (the block's two inputs), the other way round back."""
+    d = args.dim
+    if sequence_parallel:
+        there = [("all_gather", d)] * 2 + [("reduce_scatter", d)] * 2
+        return there, [("reduce_scatter", d)] * 2 + [("all_gather", d)] * 2
+    return [("all_reduce", d)] * 2, [("all_reduce", d)] * 2
+
+
+# the collectives of one layer, forward and backward, of each scheme (``boost.training.rules.SCHEMES``)
+COLLECTIVES = {"btp": _bottleneck, "vanilla": _rank_sharded, "megatron": _dense}
+
+
+def _tally(collectives: Collectives, tokens: int) -> Volume:
+    volume: Volume = {}
+    for kind, width in collectives:
+        count, elements = volume.get(kind, (0, 0))
+        volume[kind] = (count + 1, elements + width * tokens)
+    return volume
+
+
+def per_layer(
+    args, scheme: str, tokens: int, norm: str = "online", sequence_parallel: bool = False
+) -> dict[str, Volume]:
+    """``{"forward": {kind: (count, elements)}, "backward": {...}}`` for one transformer layer."""
+    if scheme not in COLLECTIVES:
+        raise ValueError(f"unknown tp scheme {scheme!r}")
+    forward, backward = COLLECTIVES[scheme](args, norm, sequence_parallel)
+    return {"forward": _tally(forward, tokens), "backward": _tally(backward, tokens)}
+
+
+def total(volume: Volume) -> tuple[int, int]:
+    """``(count, elements)`` summed over collective kinds."""
+    return sum(c for c, _ in volume.values()), sum(e for _, e in volume.values())
+
+
+def loro_exact_step(args, scheme: str) -> Volume:
+    """The collectives of one LORO exact step (``boost.training.optim.loro_exact``) for one layer, per rank, at a
+    TP degree > 1 (``args.grouped`` says which bottlenecks share a down-projection).
+
+    A scheme that keeps the factors' rows sharded (btp: ``A`` on ``d_in``, ``B`` on ``d_out``) sums
+    ``r × r`` products over the rows: 7 rounds per bottleneck (3 QR passes of the factors, the tangent
+    cross products, 3 QR passes of the tangent blocks), each one all-reduce, of two Gram triangles
+    ``r(r+1)/2`` per projection (the QR rounds) or two ``r²`` cross products: ``8r² + 6r`` per projection.
+    A scheme that shards the rank dim (vanilla) all-gathers each factor and its Adam direction once
+    (``2·r·(d_in + d_out)`` per projection) and then computes on whole factors, with no all-reduce.
+    The all-reduced sums are float64 (the exact step's precision); the gathered factors are the
+    parameters' dtype. Elements, as ``per_layer``.
+
+    Example::
+
+        >>> import dataclasses
+        >>> from boost.training.model import ModelArgs
+        >>> args = ModelArgs.from_flavor("7B", linear="svd")
+        >>> loro_exact_step(args, "btp")  # 7·(8r² + 6r) elements, r = 1024
+        {'all_reduce': (28, 58763264)}
+        >>> loro_exact_step(dataclasses.replace(args, group_linears=False), "vanilla")
+        {'all_gather': (28, 159907840)}
+    """
+    if not SCHEMES[scheme].low_rank:
+        raise ValueError(f"LORO runs on low-rank kinds; {scheme} is the dense baseline")
+    r, d, f = args.rank, args.dim, args.ffn_dim
+    kv = args.kv_heads * args.head_dim
+    shapes = {
+        "q": (d, d),
+        "k": (d, kv),
+        "v": (d, kv),
+        "o": (d, d),
+        "gate": (d, f),
+        "up": (d, f),
+        "down": (f, d),
+    }
+    names = [["q", "k", "v"], ["o"], ["gate", "up"], ["down"]] if args.grouped else [[n] for n in shapes]
+    volume: Volume = {}
+    for bottleneck in names:
+        if SCHEMES[scheme].shards_rank:
+            elements = sum(2 * r * (shapes[n][0] + shapes[n][1]) for n in bottleneck)
+            count, total_elements = volume.get("all_gather", (0, 0))
+            volume["all_gather"] = (count + 4, total_elements + elements)
+        else:
+            count, total_elements = volume.get("all_reduce", (0, 0))
+            volume["all_reduce"] = (count + 7, total_elements + (8 * r * r + 6 * r) * len(bottleneck))
+    return volume

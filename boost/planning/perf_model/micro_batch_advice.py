@@ -1,0 +1,248 @@
+"""The largest micro-batch a training TOML's layout fits on a GPU of a given memory.
+
+The layout is the TOML's (flavor, linear kind, TP scheme, AC mode, tp, pp, FSDP over the rest of the
+GPUs, sequence length, compute dtype, compile); only the micro-batch moves. The micro-batch is what one
+forward takes: ``training.local_batch_size`` without PP; under PP
+``parallelism.pipeline_parallel_microbatch_size``, with the TOML's number of micro-batches ``m`` kept
+(``local_batch_size = m × micro-batch``), since 1F1B holds ``min(m, pp)`` of them whatever ``m`` is.
+Peaks are ``memory_per_gpu`` (``boost.planning.perf_model.peak_memory``: its formulas, its calibration, and what
+it does not model); a micro-batch fits when its peak is at most ``usable_bytes`` of the GPU's memory.
+
+Example::
+
+    >>> toml = Path(__file__).resolve().parents[3] / "train_configs" / "7B.toml"
+    >>> advice = advise_micro_batch(toml, gpus=16, gpu_memory_bytes=80 * 2**30)
+    >>> advice.micro_batch, advice.overrides()
+    (20, '--training.local_batch_size 20')
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from boost.planning.perf_model.peak_memory import (
+    ACTIVATION_CALIBRATION,
+    GIB,
+    HEADROOM,
+    WORKSPACE_BYTES,
+    memory_per_gpu,
+    usable_bytes,
+)
+from boost.training.model.args import FLAVORS
+from boost.training.options import BoostOptions
+from boost.training.rules import data_parallel_degree, resolve_rank
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python < 3.11
+    import tomli as tomllib
+
+# No GPU holds this many sequences of one micro-batch of any flavor: the search stops here.
+LARGEST_MICRO_BATCH = 4096
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4}
+
+
+@dataclass(frozen=True)
+class TrainingLayout:
+    """What a training TOML fixes of one GPU's memory: ``memory_per_gpu``'s inputs but the micro-batch."""
+
+    path: str
+    flavor: str
+    rank: int
+    linear: str
+    scheme: str
+    ac: str
+    tp: int
+    pp: int
+    dp_shard: int  # -1: the GPUs that tp·pp·dp_replicate leave
+    dp_replicate: int
+    seq_len: int
+    local_batch_size: int
+    pp_microbatch_size: int
+    dtype_bytes: int
+    compiled: bool
+    vocab_size: int
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> TrainingLayout:
+        """Read ``path``; ``ValueError`` naming the key when it lacks one the memory model needs or sets
+        one it does not model (context parallelism, an optimizer other than Adam's)."""
+        with open(path, "rb") as f:
+            toml = tomllib.load(f)
+        boost, training, par = toml.get("boost", {}), toml.get("training", {}), toml.get("parallelism", {})
+        defaults = BoostOptions()
+
+        def need(section: dict, name: str, key: str):
+            if key not in section:
+                raise ValueError(f"{path}: [{name}] {key} is not set; the planner reads it from the TOML")
+            return section[key]
+
+        if par.get("context_parallel_degree", 1) != 1:
+            raise ValueError(
+                f"{path}: [parallelism] context_parallel_degree > 1 is not modelled by the planner"
+            )
+        optimizer = toml.get("optimizer", {}).get("name", "AdamW")
+        if optimizer not in ("AdamW", "Adam"):
+            raise ValueError(
+                f"{path}: [optimizer] name = {optimizer!r}: the memory model counts Adam's states"
+            )
+        flavor = need(toml.get("model", {}), "model", "flavor")
+        if flavor not in FLAVORS:
+            raise ValueError(f"{path}: [model] flavor = {flavor!r} is not one of {sorted(FLAVORS)}")
+        precision = training.get("mixed_precision_param", "bfloat16")
+        if precision not in DTYPE_BYTES:
+            raise ValueError(
+                f"{path}: [training] mixed_precision_param = {precision!r} is not one of {list(DTYPE_BYTES)}"
+            )
+        compile_ = toml.get("compile", {})
+        return cls(
+            path=str(path),
+            flavor=flavor,
+            # the trainer's rule (torchtitan_ext.model), not the flavor's published rank
+            rank=resolve_rank(
+                FLAVORS[flavor].dim,
+                boost.get("rank", defaults.rank),
+                boost.get("rank_ratio", defaults.rank_ratio),
+            ),
+            linear=boost.get("linear", defaults.linear),
+            scheme=boost.get("tp_scheme", defaults.tp_scheme),
+            ac=boost.get("activation_checkpoint", defaults.activation_checkpoint),
+            tp=par.get("tensor_parallel_degree", 1),
+            pp=par.get("pipeline_parallel_degree", 1),
+            dp_shard=par.get("data_parallel_shard_degree", -1),
+            dp_replicate=par.get("data_parallel_replicate_degree", 1),
+            seq_len=need(training, "training", "seq_len"),
+            local_batch_size=need(training, "training", "local_batch_size"),
+            pp_microbatch_size=par.get("pipeline_parallel_microbatch_size", 1),  # torchtitan's default
+            dtype_bytes=DTYPE_BYTES[precision],
+            compiled=compile_.get("enable", False) and "model" in compile_.get("components", ["model"]),
+            vocab_size=boost.get("tokenizer_vocab_size", defaults.tokenizer_vocab_size),
+        )
+
+    @property
+    def micro_batch(self) -> int:
+        """Sequences per forward as the TOML has it."""
+        return self.pp_microbatch_size if self.pp > 1 else self.local_batch_size
+
+    @property
+    def num_microbatches(self) -> int:
+        return self.local_batch_size // self.pp_microbatch_size if self.pp > 1 else 1
+
+    def fsdp_degree(self, gpus: int) -> int:
+        """FSDP's shard degree at ``gpus`` GPUs; ``ValueError`` where the layout does not divide them."""
+        model_parallel = self.tp * self.pp * self.dp_replicate
+        if gpus % model_parallel:
+            raise ValueError(
+                f"{self.path} needs a multiple of tp × pp × dp_replicate = {model_parallel} GPUs, not {gpus}"
+            )
+        dp = data_parallel_degree(
+            gpus, tp=self.tp, pp=self.pp, cp=1, dp_replicate=self.dp_replicate, dp_shard=self.dp_shard
+        )
+        if dp * self.tp * self.pp != gpus:
+            raise ValueError(f"{self.path}: its parallel degrees do not multiply to {gpus} GPUs")
+        return dp // self.dp_replicate
+
+    def peak(self, gpus: int, micro_batch: int, breakdown: bool = False) -> float | dict[str, float]:
+        """``memory_per_gpu`` of this layout at ``gpus`` GPUs and ``micro_batch`` sequences per forward."""
+        return memory_per_gpu(
+            self.flavor,
+            self.scheme,
+            self.tp,
+            self.pp,
+            self.fsdp_degree(gpus),
+            self.ac,
+            micro_batch=micro_batch,
+            seq_len=self.seq_len,
+            num_microbatches=self.num_microbatches,
+            vocab_size=self.vocab_size,
+            linear=self.linear,
+            dtype_bytes=self.dtype_bytes,
+            compiled=self.compiled,
+            rank=self.rank,
+            breakdown=breakdown,
+        )
+
+    def overrides(self, micro_batch: int) -> str:
+        """The ``run_train.sh`` overrides that set ``micro_batch`` sequences per forward."""
+        if self.pp == 1:
+            return f"--training.local_batch_size {micro_batch}"
+        return (
+            f"--training.local_batch_size {self.num_microbatches * micro_batch} "
+            f"--parallelism.pipeline_parallel_microbatch_size {micro_batch}"
+        )
+
+
+@dataclass(frozen=True)
+class MicroBatchAdvice:
+    """The largest micro-batch that fits, with the peaks that decide it."""
+
+    layout: TrainingLayout
+    gpus: int
+    gpu_memory_bytes: float
+    micro_batch: int
+    peak: dict[str, float]  # memory_per_gpu's breakdown at micro_batch
+    next_peak: float  # at micro_batch + 1: over usable_bytes
+    shipped_peak: float  # at the TOML's micro-batch
+
+    @property
+    def usable_bytes(self) -> float:
+        return usable_bytes(self.gpu_memory_bytes)
+
+    def overrides(self) -> str:
+        return self.layout.overrides(self.micro_batch)
+
+    def report(self) -> str:
+        """What the CLI prints: the layout, the margin, the peaks and the override."""
+        l, p = self.layout, self.peak
+        terms = ", ".join(f"{k} {p[k] / GIB:.2f}" for k in ("states", "unsharded", "activations", "logits"))
+        return "\n".join(
+            [
+                f"{l.path} on {self.gpus} GPUs of {self.gpu_memory_bytes / GIB:.1f} GiB: {l.flavor} {l.linear}, "
+                f"{l.scheme}, tp {l.tp}, pp {l.pp}, FSDP {l.fsdp_degree(self.gpus)}, AC {l.ac}, seq {l.seq_len}, "
+                f"{8 * l.dtype_bytes}-bit, {'compiled' if l.compiled else 'eager'}"
+                + (f", {l.num_microbatches} micro-batches per step" if l.pp > 1 else ""),
+                f"usable: {self.usable_bytes / GIB:.1f} GiB ({HEADROOM:.0%} of the GPU left for allocator "
+                f"fragmentation over a long run, compile workspace and the driver); each peak counts "
+                f"{WORKSPACE_BYTES / GIB:.0f} GiB outside the allocator (CUDA context, NCCL)",
+                f"modelled: fp32 weights, grads and Adam m, v over FSDP; FSDP2's gathered weights and unsharded "
+                f"grads; the activations AC {l.ac} keeps, × {min(l.num_microbatches, l.pp)} micro-batch(es) in "
+                f"flight, + one layer live; fp32 logits; activations × {ACTIVATION_CALIBRATION} as measured on an "
+                "H100 (docs/perf_model.md). Not: validation's forward at its own batch",
+                f"micro-batch {l.micro_batch} (the TOML's): peak {self.shipped_peak / GIB:.1f} GiB",
+                f"micro-batch {self.micro_batch} (largest that fits): peak {p['total'] / GIB:.1f} GiB ({terms}, "
+                f"workspace {p['workspace'] / GIB:.2f})",
+                f"micro-batch {self.micro_batch + 1}: peak {self.next_peak / GIB:.1f} GiB, over",
+                f"set it with: {self.overrides()}",
+            ]
+        )
+
+
+def advise_micro_batch(config: str | Path, gpus: int, gpu_memory_bytes: float) -> MicroBatchAdvice:
+    """The largest micro-batch of ``config``'s layout at ``gpus`` GPUs whose peak fits a GPU of
+    ``gpu_memory_bytes``; ``ValueError`` for memory ≤ 0, a GPU count the layout does not divide, or a
+    layout that does not fit at micro-batch 1 (the message says by how much and what to change)."""
+    if not gpu_memory_bytes > 0:
+        raise ValueError(f"the GPU's memory must be positive, got {gpu_memory_bytes / GIB:g} GiB")
+    layout = TrainingLayout.from_toml(config)
+    budget = usable_bytes(gpu_memory_bytes)
+    # the peak grows with the micro-batch (activations and logits are linear in it, nothing falls)
+    peaks = [layout.peak(gpus, 1)]
+    if peaks[0] > budget:
+        raise ValueError(
+            f"{config} on {gpus} GPUs does not fit at micro-batch 1: it peaks at {peaks[0] / GIB:.1f} GiB, "
+            f"over the {budget / GIB:.1f} GiB usable of {gpu_memory_bytes / GIB:.1f}; use more GPUs (FSDP "
+            "shards the states), a larger tp or pp, activation checkpointing, or a shorter seq_len"
+        )
+    while len(peaks) <= LARGEST_MICRO_BATCH and peaks[-1] <= budget:
+        peaks.append(layout.peak(gpus, len(peaks) + 1))
+    best = len(peaks) - 1
+    return MicroBatchAdvice(
+        layout=layout,
+        gpus=gpus,
+        gpu_memory_bytes=gpu_memory_bytes,
+        micro_batch=best,
+        peak=layout.peak(gpus, best, breakdown=True),
+        next_peak=peaks[-1],
+        shipped_peak=layout.peak(gpus, layout.micro_batch),
+    )

@@ -1,0 +1,152 @@
+"""Peak memory of one GPU of a layout: what a training step holds at its highest, in closed form.
+
+Per GPU (bytes; ``P`` = parameters of the rank's stage, ``T = b·s``, ``L = ceil(n_layers/pp)``):
+
+==================  ============================================================================
+states              ``16·P / (tp·dp)``: fp32 master weights, fp32 grads, Adam m and v, sharded by
+                    FSDP over dp (every rank its share: the batched ``[G, d_out, r]`` up-projections
+                    are sharded on ``r``, ``torchtitan_ext.infra.parallelize.shard_placement``)
+unsharded           under FSDP2: ``2·dtype·P_layer / tp`` for the all-gathered weights of the layer in
+                    use and the next one (prefetch), ``(dtype + 4)·V·d / tp`` for the all-gathered
+                    embedding or head with its unsharded fp32 gradient (in that unit's backward);
+                    under PP (m > 1, dp > 1) instead ``(dtype + 4)·P / tp``: torch's schedule keeps
+                    the stage's weights gathered and its gradients unsharded across micro-batches;
+                    and ``(dtype + 4)·P_layer / tp`` in a layer's backward: its unsharded gradient in
+                    the compute dtype and FSDP2's fp32 reduce-scatter input. FSDP2 wraps every layout
+                    but one device (tp = pp = dp = 1, where torchtitan's autocast casts in place, and
+                    the gradients are the fp32 ones of ``states``): there this term is 0
+activations         ``(L · in_flight · a_keep + a_layer) · ACTIVATION_CALIBRATION`` with
+                    ``in_flight = min(m, pp)`` micro-batches held by the first 1F1B stage;
+                    ``a_layer`` = the full per-layer activations (one layer live in backward, or
+                    recomputed), and ``a_keep`` by AC mode: none ``a_layer``; full ``2·T·d_res``
+                    (block input); lowrank ``2·T·(d_res + 7·r)``; compiled, full and lowrank also
+                    keep attention's output and log-sum-exp (``2·T·heads_local·head_dim +
+                    4·T·heads_local``: ``boost.training.parallel.activation_checkpoint``)
+a_layer             ``2·T·(Σ GEMM inputs + 4·heads_local·head_dim + 4·d_res + 2·f_local) + 4·T·heads_local``
+                    (bf16 GEMM inputs, q/k/v/out of flash attention, norm and residual inputs,
+                    gate/up for the product; fp32 log-sum-exp)
+logits              ``3 · 4·T·V/tp · ACTIVATION_CALIBRATION`` (fp32 logits, their grad, softmax) on
+                    the last stage
+workspace           ``1 GiB`` outside the caching allocator (CUDA context, NCCL buffers)
+==================  ============================================================================
+
+``d_res``, ``heads_local`` and ``f_local`` are what the scheme leaves on a rank (``boost.training.rules.SCHEMES``):
+``d_res`` is ``d/tp`` for btp (the sharded residual) and ``d`` for megatron and vanilla; vanilla keeps
+the heads and the FFN whole. The ``2`` bytes of bf16 above are ``dtype_bytes`` (4 for the fp32 dry runs of
+``bench.dry_run``).
+
+``ACTIVATION_CALIBRATION`` is measured: on one H100 (torch 2.11, compiled, bf16 via FSDP2, 2026-11-26) the
+shipped 7B at 16 GPUs (rank 0: tp 4, FSDP 4, btp, low-rank AC) peaked at 16.11 GiB of the caching
+allocator's reserved memory at micro-batch 4 and 29.33 GiB at micro-batch 8: 3.305 GiB per sequence of
+4096 tokens where the formulas above count 2.824, while the part that does not grow with the batch
+(2.89 GiB) is what they count (3.00). What a compiled step holds beyond the named tensors (the
+backward's gradient buffers, the allocator's rounding of the per-micro-batch blocks) is taken as
+proportional to them. docs/perf_model.md, "Micro-batch advice", has the check on 9 measured peaks.
+
+Example::
+
+    >>> round(memory_per_gpu("7B", "btp", 4, 1, 4, "lowrank", micro_batch=4, seq_len=4096,
+    ...                      num_microbatches=1, compiled=True, workspace_bytes=0) / 2**30, 1)
+    16.2
+"""
+
+from __future__ import annotations
+
+import math
+
+from boost.planning.perf_model.step_time import args_params, block_gemms, model_args
+from boost.training.rules import AC_MODES, SCHEMES
+
+GIB = 2**30
+WORKSPACE_BYTES = GIB
+# The share of a GPU's memory a planned peak leaves free: the peak is what a step's first steps reserve,
+# and a long run reserves more (the caching allocator's fragmentation grows with the shapes it has served;
+# validation's forward at its own batch; a checkpoint's staging); inductor's autotuning takes workspace at
+# the first compile; and an "80 GB" GPU gives torch a little less than 80 GiB (the driver keeps some).
+HEADROOM = 0.10
+
+
+def usable_bytes(gpu_memory_bytes: float) -> float:
+    """What a planned peak (``memory_per_gpu``, its workspace included) may reach on a GPU of this memory."""
+    return (1 - HEADROOM) * gpu_memory_bytes
+
+
+# Measured per-sequence peak over the formulas' per-sequence count: 3.305 / 2.824 GiB (module docstring).
+ACTIVATION_CALIBRATION = 1.17
+
+
+def memory_per_gpu(
+    flavor: str,
+    scheme: str,
+    tp: int,
+    pp: int,
+    dp: int,
+    ac: str,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    num_microbatches: int,
+    vocab_size: int = 32000,
+    linear: str = "cola",
+    dtype_bytes: int = 2,
+    workspace_bytes: float = WORKSPACE_BYTES,
+    compiled: bool = False,
+    rank: int | None = None,
+    breakdown: bool = False,
+) -> float | dict[str, float]:
+    """Peak bytes on one GPU (module docstring's formulas). ``dp`` is the FSDP degree; ``dtype_bytes``
+    the dtype the run computes in (2 for bf16, 4 for fp32 as in the CPU dry runs of ``bench.dry_run``): the
+    all-gathered weights, the unsharded gradients and the activations take it; the fixed
+    ``workspace_bytes`` is a GPU's (CUDA context, NCCL); ``compiled``: torch.compile, whose AC keeps
+    attention's output; ``rank`` the bottleneck rank (``None``: the flavor's). ``breakdown=True``: the
+    terms (``states``, ``unsharded``, ``activations``, ``logits``, ``workspace``) and their sum under
+    ``"total"``."""
+    if ac not in AC_MODES:
+        raise ValueError(f"unknown activation_checkpoint {ac!r}; choose one of {AC_MODES}")
+    args = model_args(flavor, scheme, vocab_size, linear, rank)
+    T = micro_batch * seq_len
+    layers = math.ceil(args.n_layers / pp)
+    params = args_params(args)
+    layer_params = (params - 2 * args.dim * vocab_size) / args.n_layers
+    # the first stage holds the embedding, the last the head; without PP one rank holds both
+    params_stage = layer_params * layers + (2 if pp == 1 else 1) * args.dim * vocab_size
+    if tp == pp == dp == 1:
+        unsharded = 0.0  # one device: no FSDP2, autocast casts each weight where it is used
+    elif pp > 1 and num_microbatches > 1 and dp > 1:
+        # torch's pipeline schedule neither reshards nor reduce-scatters between micro-batches: the
+        # stage's weights stay gathered, and its gradients unsharded (fp32), for the whole step
+        unsharded = (dtype_bytes + 4) * params_stage / tp
+    else:
+        # the layer in use and the next one (FSDP prefetch); the embedding or head with its unsharded
+        # fp32 gradient, together in that unit's backward (V·d/tp: as large as a layer at 1B, tp 1)
+        unsharded = 2 * dtype_bytes * layer_params / tp + (dtype_bytes + 4) * args.dim * vocab_size / tp
+    if not tp == pp == dp == 1:
+        # a layer's backward: its unsharded gradient, and FSDP2's fp32 reduce-scatter input beside it
+        unsharded += (dtype_bytes + 4) * layer_params / tp
+    record = SCHEMES[scheme]
+    heads, d_res, f_local = (
+        record.local(args.n_heads, tp),
+        record.residual_width(args.dim, tp),
+        record.local(args.ffn_dim, tp),
+    )
+    gemm_inputs = sum(K * batch for _, K, _, batch in block_gemms(args, scheme, tp, T))
+    a_layer = (
+        dtype_bytes * T * (gemm_inputs + 4 * heads * args.head_dim + 4 * d_res + 2 * f_local) + 4 * T * heads
+    )
+    a_keep = {
+        "none": a_layer,
+        "full": dtype_bytes * T * d_res,
+        "lowrank": dtype_bytes * T * (d_res + 7 * args.rank),
+    }[ac]
+    if compiled and ac != "none":
+        a_keep += dtype_bytes * T * heads * args.head_dim + 4 * T * heads  # attention output and log-sum-exp
+    in_flight = min(num_microbatches, pp)
+    parts = {
+        "states": 16 * params_stage / (tp * dp),
+        "unsharded": unsharded,
+        "activations": (layers * in_flight * a_keep + a_layer) * ACTIVATION_CALIBRATION,
+        "logits": 3 * 4 * T * vocab_size / tp * ACTIVATION_CALIBRATION,
+        "workspace": float(workspace_bytes),
+    }
+    total = sum(parts.values())
+    return {**parts, "total": total} if breakdown else total

@@ -1,0 +1,302 @@
+"""Analytic step-time model of BOOST's three tensor-parallel schemes (DESIGN §6, §7).
+
+One iteration = ``num_microbatches`` micro-batches of ``b·s`` tokens through a ``tp × pp`` layout
+(each of ``dp`` replicas does the same), then one Adam step. Per layer and micro-batch, per rank:
+
+==================  =============================================================================
+component           time
+==================  =============================================================================
+GEMM (M, K, N)      ``max(2MKN / (peak·η(AI)), bytes / (HBM·η_mem)) + t_kernel`` for the forward
+                    GEMM and its two backward GEMMs; ``AI = 2MKN / bytes``,
+                    ``η(AI) = η_max · AI / (AI + AI_half)``: skinny d×r GEMMs have low AI and run
+                    further from peak — no per-scheme factor
+attention (flash)   ``4·T·s·heads_local·head_dim · ½ (causal) · (1 fwd + 2.5 bwd) / (peak·η_attn)``
+elementwise         bytes of norms, residual adds, RoPE, SwiGLU/σ, loss ``/ (HBM·η_mem)``
+collectives         ``count·latency + ring·elements·dtype / bus_bw``; ring = 2(t-1)/t (all-reduce),
+                    (t-1)/t (all-gather, reduce-scatter); counts and elements from
+                    ``boost.planning.comm_volume.per_layer``; TP collectives are on the critical path
+pipeline (1F1B)     ``(m + p - 1) · t_stage``, i.e. a bubble of ``(p-1)/(m+p-1)``; a stage sends the
+                    residual on (``TPScheme.residual_shape``) and receives its gradient at ``bus_bw``
+recompute           ``full``: the block's forward again, collectives included;
+                    ``lowrank``: the forward compute again, no collective (DESIGN §4)
+optimizer           Adam over the rank's parameter shard, memory-bound (28 B/param)
+==================  =============================================================================
+
+``num_microbatches`` defaults to ``max(1, pp - 1)``, the reading of the reference paper's PP rows
+(``boost.planning.perf_model.reference_table.paper_microbatches`` says why).
+
+Example::
+
+    >>> round(predict_step_time("7B", "btp", tp=4, pp=1, hardware="a100", micro_batch=4, seq_len=4096), 2)
+    0.76
+    >>> parts = predict_step_time("7B", "vanilla", tp=4, pp=1, hardware="a100", micro_batch=4, seq_len=4096,
+    ...                           breakdown=True)
+    >>> btp = predict_step_time("7B", "btp", 4, 1, hardware="a100", micro_batch=4, seq_len=4096,
+    ...                         breakdown=True)
+    >>> parts["attn_fwd"] > 3 * btp["attn_fwd"]
+    True
+"""
+
+from __future__ import annotations
+
+import math
+
+from boost.planning.comm_volume import per_layer
+from boost.planning.perf_model.hardware import Hardware, get_hardware
+from boost.training.model.args import ModelArgs, matmul_params
+from boost.training.rules import AC_MODES, KINDS, SCHEMES, TP_SCHEMES
+
+
+def model_args(
+    flavor: str, scheme: str, vocab_size: int = 32000, linear: str = "cola", rank: int | None = None
+) -> ModelArgs:
+    """The model a scheme runs (``TPScheme.kind_for``), its down-projections grouped where the scheme keeps
+    the rank dim whole; ``rank`` ``None`` is the flavor's."""
+    if scheme not in TP_SCHEMES:
+        raise ValueError(f"unknown tp scheme {scheme!r}; choose one of {TP_SCHEMES}")
+    kind = SCHEMES[scheme].kind_for(linear)
+    if not SCHEMES[scheme].takes(KINDS[kind]):
+        raise ValueError(f"scheme {scheme!r} needs a low-rank linear kind, not {kind!r}")
+    overrides = {} if rank is None else {"rank": rank}
+    return ModelArgs.from_flavor(
+        flavor, linear=kind, vocab_size=vocab_size, group_linears=SCHEMES[scheme].groups_linears, **overrides
+    )
+
+
+def args_params(args: ModelArgs) -> int:
+    """Parameters of the model: block factors (from matmul_params' shapes), embedding, LM head, norms."""
+    return matmul_params(args) + args.dim * args.vocab_size + (2 * args.n_layers + 1) * args.dim
+
+
+def block_gemms(args: ModelArgs, scheme: str, tp: int, tokens: int) -> list[tuple[int, int, int, int]]:
+    """Forward GEMMs of one block on one rank: ``(M, K, N, batch)`` with ``y[M,N] = x[M,K] W[K,N]``.
+
+    Each width is what the scheme leaves on a rank (``boost.training.rules.TPScheme``): the residual (q/k/v's,
+    gate/up's inputs, o's and down's outputs), the heads (q/k/v's outputs, o's input), the FFN columns
+    and the rank. btp: A row-parallel on its d_in, B column-parallel on d_out, r whole; vanilla: A
+    column-parallel on r, B row-parallel (a full-width partial output); megatron: the dense projections
+    column- then row-parallel.
+    """
+    record, t, T = SCHEMES[scheme], tp, tokens
+    kv = args.kv_heads * args.head_dim
+    res, heads, kv_heads, ff = (
+        record.residual_width(args.dim, t),
+        record.local(args.dim, t),
+        record.local(kv, t),
+        record.local(args.ffn_dim, t),
+    )
+    if not args.low_rank:  # q; k|v batched; o; gate|up batched; down
+        return [
+            (T, res, heads, 1),
+            (T, res, kv_heads, 2),
+            (T, heads, res, 1),
+            (T, res, ff, 2),
+            (T, ff, res, 1),
+        ]
+    r = record.latent_width(args.rank, t)
+    if args.grouped:
+        return [
+            (T, res, 3 * r, 1),
+            (T, r, heads, 1),
+            (T, r, kv_heads, 2),  # A_qkv; B_q, B_k|B_v batched
+            (T, heads, r, 1),
+            (T, r, res, 1),  # o
+            (T, res, 2 * r, 1),
+            (T, r, ff, 2),  # A_gu; B_g|B_u batched
+            (T, ff, r, 1),
+            (T, r, res, 1),  # down
+        ]
+    ins = [res, res, res, heads, res, res, ff]  # q k v o gate up down
+    outs = [heads, kv_heads, kv_heads, res, ff, ff, res]
+    return [g for k, n in zip(ins, outs) for g in ((T, k, r, 1), (T, r, n, 1))]
+
+
+def gemm_time(M: int, K: int, N: int, hw: Hardware, dtype_bytes: int = 2, batch: int = 1) -> float:
+    """Roofline of ``batch`` GEMMs ``[M,K]×[K,N]`` in one kernel, efficiency from arithmetic intensity."""
+    flops = 2.0 * M * K * N * batch
+    moved = dtype_bytes * (M * K + K * N + M * N) * batch
+    ai = flops / moved
+    eta = hw.eta_gemm * ai / (ai + hw.ai_half)
+    return max(flops / (hw.peak_flops * eta), moved / (hw.mem_bw * hw.eta_hbm)) + hw.t_kernel
+
+
+def _gemm_fwd_bwd(shapes, hw, dtype_bytes) -> tuple[float, float]:
+    fwd = sum(gemm_time(M, K, N, hw, dtype_bytes, b) for M, K, N, b in shapes)
+    # dX = dY Wᵀ is [M,N]×[N,K]; dW = Xᵀ dY is [K,M]×[M,N]
+    bwd = sum(
+        gemm_time(M, N, K, hw, dtype_bytes, b) + gemm_time(K, M, N, hw, dtype_bytes, b)
+        for M, K, N, b in shapes
+    )
+    return fwd, bwd
+
+
+def collective_time(
+    volume: dict[str, tuple[int, int]],
+    tp: int,
+    hw: Hardware,
+    dtype_bytes: int = 2,
+    bus_bw: float | None = None,
+) -> float:
+    """``Σ count·latency + ring_factor·elements·dtype/bus_bw`` over collective kinds; 0 at tp = 1."""
+    if tp <= 1:
+        return 0.0
+    bw = bus_bw or hw.bus_bw
+    ring = {"all_reduce": 2 * (tp - 1) / tp, "all_gather": (tp - 1) / tp, "reduce_scatter": (tp - 1) / tp}
+    return sum(
+        count * hw.latency + ring[kind] * elements * dtype_bytes / bw
+        for kind, (count, elements) in volume.items()
+    )
+
+
+def _elementwise_bytes(
+    args: ModelArgs, scheme: str, tp: int, tokens: int, norm: str, dtype_bytes: int
+) -> tuple[float, float]:
+    """HBM bytes of one block's memory-bound ops, forward and backward (passes × width × T × dtype).
+
+    Passes: RMSNorm 2 fwd / 3 bwd, residual add 3 / 1, RoPE 2 / 2 on q and k, SwiGLU or gate⊙up
+    3 / 5 on f, σ on each r-latent 2 / 3, each at the width the scheme leaves on a rank: megatron and
+    vanilla keep the residual and norms (vanilla also attention's RoPE and the f-wide product)
+    replicated at full width; btp works on d/t, f/t.
+    """
+    record, d, r, t = SCHEMES[scheme], args.dim, args.rank, tp
+    kv = args.kv_heads * args.head_dim
+    res, qk, ff = record.residual_width(d, t), record.local(d + kv, t), record.local(args.ffn_dim, t)
+    fwd = 2 * 2 * res + 2 * 3 * res + 2 * qk + 3 * ff
+    bwd = 2 * 3 * res + 2 * 1 * res + 2 * qk + 5 * ff
+    if KINDS[args.linear].latent_activation:
+        lat = 7 * record.latent_width(r, t)
+        fwd, bwd = fwd + 2 * lat, bwd + 3 * lat
+    # a sharded residual's norm runs the custom norm Function, at t = 1 too
+    if record.shards_residual and norm in ("online", "sync"):
+        # fp32 Σx² over the shard and the rescale of the (3r, 2r) latents, both directions
+        fwd += 2 * res * 2 + 2 * 5 * r
+        bwd += 2 * res * 2 + 2 * 5 * r
+    return fwd * tokens * dtype_bytes, bwd * tokens * dtype_bytes
+
+
+def attention_time(
+    args: ModelArgs, scheme: str, tp: int, micro_batch: int, seq_len: int, hw: Hardware
+) -> tuple[float, float]:
+    """Causal flash attention, fwd and bwd (bwd = 2.5× fwd FLOPs: it recomputes the scores)."""
+    heads = SCHEMES[scheme].local(args.n_heads, tp)  # vanilla: q/k/v replicated
+    fwd = 4.0 * micro_batch * seq_len * seq_len * heads * args.head_dim * 0.5
+    rate = hw.peak_flops * hw.eta_attn
+    return fwd / rate, 2.5 * fwd / rate
+
+
+def layer_times(
+    args: ModelArgs,
+    scheme: str,
+    tp: int,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    hw: Hardware,
+    norm: str = "online",
+    dtype_bytes: int = 2,
+    sequence_parallel: bool = False,
+) -> dict[str, float]:
+    """Seconds of one block for one micro-batch on one rank, by component and direction."""
+    T = micro_batch * seq_len
+    g_fwd, g_bwd = _gemm_fwd_bwd(block_gemms(args, scheme, tp, T), hw, dtype_bytes)
+    a_fwd, a_bwd = attention_time(args, scheme, tp, micro_batch, seq_len, hw)
+    e_fwd, e_bwd = (
+        b / (hw.mem_bw * hw.eta_mem) for b in _elementwise_bytes(args, scheme, tp, T, norm, dtype_bytes)
+    )
+    vol = per_layer(args, scheme, T, norm=norm, sequence_parallel=sequence_parallel)
+    return {
+        "gemm_fwd": g_fwd,
+        "gemm_bwd": g_bwd,
+        "attn_fwd": a_fwd,
+        "attn_bwd": a_bwd,
+        "elem_fwd": e_fwd,
+        "elem_bwd": e_bwd,
+        "comm_fwd": collective_time(vol["forward"], tp, hw, dtype_bytes),
+        "comm_bwd": collective_time(vol["backward"], tp, hw, dtype_bytes),
+    }
+
+
+def _head_time(args, tp, tokens, hw, dtype_bytes) -> float:
+    """LM head (vocab-parallel) fwd + bwd and the fp32 cross-entropy passes over the logits."""
+    f, b = _gemm_fwd_bwd([(tokens, args.dim, args.vocab_size // tp, 1)], hw, dtype_bytes)
+    return f + b + 6 * tokens * (args.vocab_size // tp) * 4 / (hw.mem_bw * hw.eta_hbm)
+
+
+def predict_step_time(
+    flavor: str,
+    scheme: str,
+    tp: int,
+    pp: int,
+    *,
+    hardware: str | Hardware,
+    micro_batch: int,
+    seq_len: int,
+    dp: int = 1,
+    num_microbatches: int | None = None,
+    activation_checkpoint: str = "none",
+    dtype_bytes: int = 2,
+    vocab_size: int = 32000,
+    linear: str = "cola",
+    norm: str = "online",
+    sequence_parallel: bool = False,
+    breakdown: bool = False,
+) -> float | dict[str, float]:
+    """Seconds per optimizer step (``breakdown=True``: the components, their sum under ``"total"``).
+
+    ``num_microbatches`` defaults to the paper convention ``max(1, pp - 1)`` (module docstring).
+    """
+    hw = get_hardware(hardware)
+    if activation_checkpoint not in AC_MODES:
+        raise ValueError(f"unknown activation_checkpoint {activation_checkpoint!r}; choose one of {AC_MODES}")
+    args = model_args(flavor, scheme, vocab_size, linear)
+    m = num_microbatches or max(1, pp - 1)
+    lt = layer_times(
+        args,
+        scheme,
+        tp,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        hw=hw,
+        norm=norm,
+        dtype_bytes=dtype_bytes,
+        sequence_parallel=sequence_parallel,
+    )
+    fwd = lt["gemm_fwd"] + lt["attn_fwd"] + lt["elem_fwd"]
+    layer = (
+        hw.t_layer + fwd + lt["gemm_bwd"] + lt["attn_bwd"] + lt["elem_bwd"] + lt["comm_fwd"] + lt["comm_bwd"]
+    )
+    recompute = {"none": 0.0, "full": fwd + lt["comm_fwd"], "lowrank": fwd}[activation_checkpoint]
+    layers_per_stage = math.ceil(args.n_layers / pp)
+    T = micro_batch * seq_len
+    head = _head_time(args, tp, T, hw, dtype_bytes)
+    # the residual crosses each stage boundary as the scheme leaves it on a rank, and its gradient back
+    residual = SCHEMES[scheme].residual_shape(micro_batch, seq_len, args.dim, tp, sequence_parallel)
+    crossing = math.prod(residual)
+    p2p = 2 * crossing * dtype_bytes / hw.bus_bw if pp > 1 else 0.0
+    # 1F1B runs at the pace of the slowest stage: the last one, which also holds the LM head and loss
+    stage = layers_per_stage * (layer + recompute) + p2p + head
+    pipeline = (m + pp - 1) * stage
+    # Adam over this rank's shard of the parameters and fp32 states: ~28 B/param read + written
+    params = args_params(args) / (tp * pp * dp)
+    optimizer = params * 28 / (hw.mem_bw * hw.eta_hbm)
+    # FSDP: all-gather params (fwd, bwd) and reduce-scatter grads across dp, overlapped with compute;
+    # only the excess shows
+    fsdp = 0.0
+    if dp > 1:
+        bw = hw.inter_bw if tp * pp * dp > hw.gpus_per_node else hw.bus_bw
+        fsdp = 3 * (dp - 1) / dp * args_params(args) / (tp * pp) * dtype_bytes / bw
+    exposed_fsdp = max(0.0, fsdp - pipeline)
+    total = pipeline + optimizer + exposed_fsdp
+    if not breakdown:
+        return total
+    parts = {k: v * layers_per_stage * (m + pp - 1) for k, v in lt.items()}
+    parts.update(
+        recompute=recompute * layers_per_stage * (m + pp - 1),
+        head=head,
+        p2p=p2p * (m + pp - 1),
+        bubble=(pp - 1) * stage,
+        optimizer=optimizer,
+        fsdp_exposed=exposed_fsdp,
+        total=total,
+    )
+    return parts

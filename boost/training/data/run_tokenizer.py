@@ -1,0 +1,91 @@
+"""The tokenizer a run trains with, read as its trainer reads it, and the TOML that names it.
+
+``read_toml`` reads a run's TOML; ``run_tokenizer_dir`` is the folder its trainer takes the tokenizer
+from (``model.hf_assets_path``, else the cached offline BPE of
+``boost.training.data.offline_tokenizer``); ``load_tokenizer`` reads that folder's ``tokenizer.json``
+with the BOS/EOS ids every training document was framed with (``TextTokenizer``). ``RunError`` names
+the file and the fix. ``python -m boost.training.data.prepare`` tokenizes a corpus with it;
+``boost.after_training.trained_run`` reads a finished run's with it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    import tomli as tomllib
+
+from boost.training.data.offline_tokenizer import tokenizer_dir
+from boost.training.options import BoostOptions
+
+
+class RunError(ValueError):
+    """A run's config, checkpoint or tokenizer cannot be used; the message names the file and the fix."""
+
+
+@dataclass
+class TextTokenizer:
+    """The run's tokenizer with the BOS/EOS ids the trainer framed every document with."""
+
+    tokenizer: Tokenizer
+    bos_id: int | None
+    eos_id: int | None
+    folder: Path
+
+    def encode(self, text: str, bos: bool = True) -> list[int]:
+        """Token ids of ``text``, led by BOS as every training document was."""
+        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
+        return ([self.bos_id] if bos and self.bos_id is not None else []) + ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.get_vocab_size()
+
+
+def read_toml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise RunError(
+            f"--config {path} does not exist; pass the TOML the run was trained with (train_configs/)"
+        )
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise RunError(f"{path} is not valid TOML: {e}") from None
+
+
+def load_tokenizer(folder: str | Path) -> TextTokenizer:
+    """``tokenizer.json`` (+ ``tokenizer_config.json`` naming bos/eos) from ``folder``."""
+    folder = Path(folder)
+    if not (folder / "tokenizer.json").is_file():
+        raise RunError(f"{folder} holds no tokenizer.json; pass --tokenizer DIR with the run's tokenizer")
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    config_file = folder / "tokenizer_config.json"
+    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+
+    def special(key: str) -> int | None:
+        token = config.get(key)
+        token = token.get("content") if isinstance(token, dict) else token
+        return tokenizer.token_to_id(token) if token else None
+
+    return TextTokenizer(tokenizer, special("bos_token"), special("eos_token"), folder)
+
+
+def run_tokenizer_dir(config: dict) -> Path:
+    """The tokenizer folder the trainer used for this TOML."""
+    boost = config.get("boost", {})
+    return tokenizer_dir(
+        config.get("model", {}).get("hf_assets_path", ""),
+        boost.get("tokenizer_vocab_size", BoostOptions.tokenizer_vocab_size),
+        boost.get("cache_dir", BoostOptions.cache_dir),
+    )

@@ -1,0 +1,232 @@
+"""The BOOST decoder: LLaMA-style (pre-RMSNorm, RoPE, SwiGLU, GQA), written for one device.
+
+Tensor-parallel plans in ``boost.training.parallel`` are applied to a built model; nothing here knows of
+them. Views use ``-1`` for head counts because a plan may have sharded the heads.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from boost.training.model.args import ModelArgs
+from boost.training.model.kv_cache import KVCache
+from boost.training.model.linears import RMSNorm, init_projection, make_grouped, make_projection
+from boost.training.model.seeded_init import SeededPart, fill_seeded
+from boost.training.rules import KINDS
+
+
+def rope_cache(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
+    """``[seq_len, head_dim // 2, 2]`` (cos, sin) for rotary embeddings on interleaved pairs
+    (the Meta/torchtitan convention; ``boost.after_training.interop`` converts Hugging Face's half-split one)."""
+    freqs = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
+    angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), freqs)
+    return torch.stack([angles.cos(), angles.sin()], dim=-1).float()
+
+
+def apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
+    # x: (bs, seqlen, n_local_heads, head_dim)
+    seqlen = x.shape[1]
+    pairs = x.unflatten(-1, (-1, 2))
+    cos = cache[:seqlen, None, :, 0].to(x.dtype)
+    sin = cache[:seqlen, None, :, 1].to(x.dtype)
+    even, odd = pairs[..., 0], pairs[..., 1]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    # (bs, seqlen, n_local_heads, head_dim) in, (bs, seqlen, n_local_heads * head_dim) out.
+    # k/v may be longer than q (cached past positions): the queries are then the last ones.
+    n_rep = q.shape[2] // k.shape[2]
+    if n_rep > 1:
+        k = k.repeat_interleave(n_rep, dim=2)
+        v = v.repeat_interleave(n_rep, dim=2)
+    q_len, k_len = q.shape[1], k.shape[1]
+    mask, causal = None, q_len == k_len
+    if 1 < q_len < k_len:
+        # SDPA's is_causal aligns the triangle top-left; queries after a cached past need it bottom-right.
+        mask = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, is_causal=causal
+    )
+    return out.transpose(1, 2).flatten(2)
+
+
+class Attention(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        self.head_dim = args.head_dim
+        q_dim, kv_dim = args.n_heads * args.head_dim, args.kv_heads * args.head_dim
+        if args.grouped:
+            self.wqkv = make_grouped(
+                args, args.dim, [("q", q_dim), ("k", kv_dim), ("v", kv_dim)], RMSNorm(args.dim, args.norm_eps)
+            )
+        else:
+            self.wq = make_projection(args, args.dim, q_dim, "q")
+            self.wk = make_projection(args, args.dim, kv_dim, "k")
+            self.wv = make_projection(args, args.dim, kv_dim, "v")
+        self.wo = make_projection(args, q_dim, args.dim, "o")
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        rope: torch.Tensor,
+        carry: dict,
+        cache: KVCache | None = None,
+        layer_id: int = 0,
+    ) -> torch.Tensor:
+        # rope starts at this call's first position (the Transformer slices it past a cache).
+        if hasattr(self, "wqkv"):
+            q, k, v = _call(self.wqkv, x, carry, "qkv")
+        else:
+            q, k, v = (_call(m, x, carry, n) for m, n in ((self.wq, "q"), (self.wk, "k"), (self.wv, "v")))
+        q = apply_rope(q.unflatten(-1, (-1, self.head_dim)), rope)
+        k = apply_rope(k.unflatten(-1, (-1, self.head_dim)), rope)
+        v = v.unflatten(-1, (-1, self.head_dim))
+        if cache is not None:
+            k, v = cache.append(layer_id, k, v)
+        return _call(self.wo, causal_attention(q, k, v), carry, "o")
+
+
+class FeedForward(nn.Module):
+    def __init__(self, args: ModelArgs):
+        super().__init__()
+        # SwiGLU's SiLU is dropped only where gate's latent already went through σ (CoLA/LaX).
+        self.gate_act = not (KINDS[args.linear].latent_activation and args.only_lr_act)
+        if args.grouped:
+            self.w13 = make_grouped(
+                args,
+                args.dim,
+                [("gate", args.ffn_dim), ("up", args.ffn_dim)],
+                RMSNorm(args.dim, args.norm_eps),
+            )
+        else:
+            self.w1 = make_projection(args, args.dim, args.ffn_dim, "gate")
+            self.w3 = make_projection(args, args.dim, args.ffn_dim, "up")
+        self.w2 = make_projection(args, args.ffn_dim, args.dim, "down")
+
+    def forward(self, x: torch.Tensor, carry: dict) -> torch.Tensor:
+        if hasattr(self, "w13"):
+            gate, up = _call(self.w13, x, carry, "gate_up")
+        else:
+            gate, up = _call(self.w1, x, carry, "gate"), _call(self.w3, x, carry, "up")
+        if self.gate_act:
+            gate = F.silu(gate)
+        return _call(self.w2, gate * up, carry, "down")
+
+
+def _call(module: nn.Module, x: torch.Tensor, carry: dict, key: str):
+    """Run a projection; for LaX bottlenecks, feed in and take out the crossing latent."""
+    if not getattr(module, "returns_latent", False):
+        return module(x)
+    y, carry[key] = module(x, carry.get(key))
+    return y
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, layer_id: int, args: ModelArgs):
+        super().__init__()
+        self.layer_id = layer_id
+        self.attention = Attention(args)
+        self.feed_forward = FeedForward(args)
+        # With grouped down-projections the pre-norms live inside their only reader (wqkv / w13),
+        # where a tensor-parallel plan can fuse the norm statistic into that reader's collective.
+        self.attention_norm = None if args.grouped else RMSNorm(args.dim, args.norm_eps)
+        self.ffn_norm = None if args.grouped else RMSNorm(args.dim, args.norm_eps)
+
+    def forward(
+        self, x: torch.Tensor, rope: torch.Tensor, carry: dict | None = None, cache: KVCache | None = None
+    ):
+        lax = carry is not None
+        carry = dict(carry or {})
+        # The cache goes by keyword: tensor-parallel plans prepare the positional inputs (x, rope, carry).
+        h = x + self.attention(
+            self.attention_norm(x) if self.attention_norm else x,
+            rope,
+            carry,
+            cache=cache,
+            layer_id=self.layer_id,
+        )
+        out = h + self.feed_forward(self.ffn_norm(h) if self.ffn_norm else h, carry)
+        return (out, carry) if lax else out
+
+
+class Transformer(nn.Module):
+    """Token ids ``[b, s]`` -> logits ``[b, s, vocab]``.
+
+    Built off the ``meta`` device, the weights are initialised at once from ``torch.initial_seed()``
+    and each parameter's canonical name, so ``torch.manual_seed(k)`` before construction gives the
+    same model on every process and for every parallel layout.
+
+    Example::
+
+        >>> _ = torch.manual_seed(0)
+        >>> model = Transformer(ModelArgs.from_flavor("debug", linear="cola", vocab_size=512, n_layers=2))
+        >>> model(torch.randint(0, 512, (2, 16))).shape
+        torch.Size([2, 16, 512])
+    """
+
+    def __init__(self, model_args: ModelArgs):
+        super().__init__()
+        model_args.check()
+        self.model_args = model_args
+        self.tok_embeddings = nn.Embedding(model_args.vocab_size, model_args.dim)
+        self.register_buffer(
+            "rope",
+            rope_cache(model_args.head_dim, model_args.max_seq_len, model_args.rope_theta),
+            persistent=False,
+        )
+        # ModuleDict keyed by str(i): names survive pipeline-stage splitting.
+        self.layers = nn.ModuleDict(
+            {str(i): TransformerBlock(i, model_args) for i in range(model_args.n_layers)}
+        )
+        self.norm = RMSNorm(model_args.dim, model_args.norm_eps)
+        self.output = nn.Linear(model_args.dim, model_args.vocab_size, bias=False)
+        if model_args.tie_embeddings:
+            self.output.weight = self.tok_embeddings.weight
+        if self.tok_embeddings.weight.device.type != "meta":
+            self.init_weights()
+
+    @torch.no_grad()
+    def init_weights(self, buffer_device: torch.device | None = None, seed: int | None = None) -> None:
+        if seed is None:
+            seed = torch.initial_seed() if self.model_args.init_seed is None else self.model_args.init_seed
+        args = self.model_args
+        device = buffer_device or (self.rope.device if self.rope.device.type != "meta" else None)
+        device = device or next(p.device for p in self.parameters())
+        self.rope = rope_cache(args.head_dim, args.max_seq_len, args.rope_theta).to(device)
+        if self.tok_embeddings is not None:
+            w = self.tok_embeddings.weight
+            fill_seeded(w, SeededPart("tok_embeddings", tuple(w.shape), 1.0), seed)
+        for layer in self.layers.values():
+            prefix = f"layers.{layer.layer_id}."
+            for sub in ("attention", "feed_forward"):
+                for name, module in getattr(layer, sub).named_children():
+                    init_projection(module, f"{prefix}{sub}.", name, seed)
+            for norm in (layer.attention_norm, layer.ffn_norm):
+                if norm is not None:
+                    norm.reset_parameters()
+        if self.norm is not None:
+            self.norm.reset_parameters()
+        if self.output is not None and not args.tie_embeddings:
+            w = self.output.weight
+            fill_seeded(w, SeededPart("output", tuple(w.shape), args.dim**-0.5), seed)
+
+    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        """Logits of ``tokens``; with a ``KVCache``, ``tokens`` continue the cached positions
+        (incremental decoding: only the new positions are computed)."""
+        # Pipeline stages may have dropped the embedding / head: pass through what arrives.
+        h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
+        rope = self.rope if cache is None else self.rope[cache.begin(tokens.shape[1]) :]
+        # LaX's crossing latent is per position, so it runs on the new positions alone: no cache.
+        carry = {} if KINDS[self.model_args.linear].latent_crossing else None
+        for layer in self.layers.values():
+            if carry is None:
+                h = layer(h, rope, cache=cache)
+            else:
+                h, carry = layer(h, rope, carry, cache=cache)
+        if cache is not None:
+            cache.end(tokens.shape[1])
+        h = self.norm(h) if self.norm is not None else h
+        return self.output(h) if self.output is not None else h

@@ -1,0 +1,49 @@
+"""Record and replay of the forward collectives' results: low-rank activation checkpointing in eager mode.
+
+While a checkpointed block runs its forward, every forward all-reduce of ``boost.training.parallel.collectives``
+appends its result to this thread's *record* list; when the block is recomputed in backward, the same
+list is this thread's *replay* list and each collective takes its result from it, in order, instead
+of communicating. ``torch.utils.checkpoint`` enters the pair from ``record_and_replay_collectives``
+around the forward and the recompute (its ``context_fn``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import torch
+
+_latents = threading.local()
+
+
+def next_replayed():
+    """Under low-rank AC's recompute, the next recorded collective result (consumed); else ``None``."""
+    replay = getattr(_latents, "replay", None)
+    return replay.pop(0) if replay is not None else None
+
+
+def recorded(result):
+    """Keep a forward collective's result for low-rank AC's recompute, when it is recording."""
+    record = getattr(_latents, "record", None)
+    if record is not None:
+        record.append([t.detach() for t in result] if isinstance(result, list) else result.detach())
+    return result
+
+
+@contextlib.contextmanager
+def _using(role: str, store: list):
+    """Make ``store`` this thread's ``record`` or ``replay`` list for the duration."""
+    previous = getattr(_latents, role, None)
+    setattr(_latents, role, store)
+    try:
+        yield
+    finally:
+        setattr(_latents, role, previous)
+
+
+def record_and_replay_collectives() -> tuple:
+    """Context pair for ``torch.utils.checkpoint``'s ``context_fn``: the forward records every
+    forward all-reduce's result, the recompute replays them in order instead of communicating."""
+    store: list[torch.Tensor] = []
+    return _using("record", store), _using("replay", store)

@@ -1,0 +1,98 @@
+"""RMSNorm over a hidden dim that is sharded across tensor-parallel ranks.
+
+Three ways, all custom autograd Functions on local shards (``F.rms_norm`` on a ``Shard(-1)``
+DTensor is rejected by DTensor):
+
+``OnlineRMSNormDown`` — norm fused into the following row-parallel down-projection::
+
+    x_i   [T, d/t]   this rank's slice of the residual stream
+    γ_i   [d/t]      its slice of the norm weight
+    A_i   [R, d/t]   down-projection, sharded on its input dim
+    s_i   Σ x_i²  (fp32)                                        c_i = sqrt(s_i/(d/t) + ε)
+    fwd   [H | M] = all_reduce([ ((γ_i·x_i)/c_i) A_iᵀ · c_i , s_i/d ])   one collective, R+1 columns
+          Y = H / sqrt(M + ε)                                   = A (γ·x) / RMS(x), exactly
+          (the GEMM in the activation dtype on the well-scaled input; the statistic accumulated in
+          fp32, sent as the mean square M in the activation dtype beside H: one dtype per collective,
+          as NCCL requires; M keeps the latent's precision, and Y = H/√M takes half M's relative
+          error; a mean, not a sum, stays in fp16's range)
+    bwd   no collective: dY is already full (B's input-grad all-reduce made it so), and
+          Σ_R dY·Y, the only reduction the chain rule needs, is over the replicated r-dim.
+
+``SyncRMSNorm`` — the statistic in its own all-reduce (forward) and Σ dy·γ·x in another (backward).
+``shard_rms_norm`` — each shard normalised by its own statistic (``norm = "local"``): no collective,
+NOT the dense model.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from boost.training.parallel.collectives import TPGroup, all_reduce_partial
+from boost.training.parallel.latent_replay import next_replayed
+
+
+def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    # The sum of squares stays in fp32 (or wider) whatever the activation dtype.
+    return torch.promote_types(dtype, torch.float32)
+
+
+class OnlineRMSNormDown(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gamma, weight, eps: float, dim: int, group: TPGroup):
+        acc = _stat_dtype(x.dtype)
+        replayed = next_replayed()  # low-rank AC's recompute: the kept result, no GEMM, no collective
+        if replayed is not None:
+            hm = replayed
+        else:
+            s = x.to(acc).pow(2).sum(-1, keepdim=True)  # (..., 1)
+            # The GEMM runs in the activation dtype on a well-scaled input (the shard's own RMS
+            # taken out, put back in fp32 after): bf16 tensor-core speed without an fp32 GEMM.
+            scale = torch.sqrt(s / x.shape[-1] + eps)  # (..., 1), > 0
+            xs = (x.to(acc) * gamma.to(acc) / scale).to(x.dtype)
+            h = torch.matmul(xs, weight.t()).to(acc) * scale  # (..., R) partial sum
+            hm = all_reduce_partial(torch.cat([h, s / dim], dim=-1).to(x.dtype), group)
+        inv_rms = torch.rsqrt(hm[..., -1:].to(acc) + eps)
+        y = (hm[..., :-1].to(acc) * inv_rms).to(x.dtype)
+        ctx.save_for_backward(x, gamma, weight, y, inv_rms)
+        ctx.dim = dim
+        return y
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, weight, y, inv_rms = ctx.saved_tensors
+        acc = inv_rms.dtype
+        dh = dy.to(acc) * inv_rms  # (..., R), identical on every rank
+        # dL/dS through inv_rms = (S/d + ε)^-1/2; S = Σ_ranks s_i, so ds_i = dS on every rank.
+        ds = -0.5 * (dy.to(acc) * y.to(acc)).sum(-1, keepdim=True) * inv_rms.pow(2) / ctx.dim
+        dh_act = dh.to(x.dtype)  # both GEMMs in the activation dtype, as in the forward
+        g = torch.matmul(dh_act, weight).to(acc)  # (..., d/t) = dL/d(γ·x)
+        dx = g * gamma.to(acc) + 2.0 * x.to(acc) * ds
+        dgamma = (g * x.to(acc)).reshape(-1, x.shape[-1]).sum(0)
+        dweight = dh_act.reshape(-1, dh.shape[-1]).t() @ (x * gamma).reshape(-1, x.shape[-1])
+        return dx.to(x.dtype), dgamma.to(gamma.dtype), dweight.to(weight.dtype), None, None, None
+
+
+class SyncRMSNorm(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, gamma, eps: float, dim: int, group: TPGroup):
+        acc = _stat_dtype(x.dtype)
+        s = all_reduce_partial(x.to(acc).pow(2).sum(-1, keepdim=True), group)
+        inv_rms = torch.rsqrt(s / dim + eps)
+        ctx.save_for_backward(x, gamma, inv_rms)
+        ctx.dim, ctx.group = dim, group
+        return (x.to(acc) * inv_rms).to(x.dtype) * gamma
+
+    @staticmethod
+    def backward(ctx, dy):
+        x, gamma, inv_rms = ctx.saved_tensors
+        acc = inv_rms.dtype
+        xa, g = x.to(acc), (dy * gamma).to(acc)
+        dot = all_reduce_partial((g * xa).sum(-1, keepdim=True), ctx.group)  # Σ over the full d
+        dx = g * inv_rms - xa * dot * inv_rms.pow(3) / ctx.dim
+        dgamma = (dy.to(acc) * xa * inv_rms).reshape(-1, x.shape[-1]).sum(0)
+        return dx.to(x.dtype), dgamma.to(gamma.dtype), None, None, None
+
+
+def shard_rms_norm(x: torch.Tensor, gamma: torch.Tensor, eps: float) -> torch.Tensor:
+    """Normalise the shard by its own statistic (``norm = "local"``): differs from the dense model."""
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), gamma, eps)

@@ -1,0 +1,347 @@
+"""Bottleneck-aware tensor parallelism as DTensor ``ParallelStyle``s.
+
+``BoostParallelStyle`` shards one bottleneck ``x -> up(σ(down(x)))`` the BOOST way::
+
+    x     [T, d/t]    Shard(-1)   the residual stream stays sharded on the full dim
+    A     [R, d/t]    Shard(1)    row-parallel down-projection: output Partial over R
+    fwd   z = all_reduce(x A_iᵀ)                     one collective, R wide
+    σ, LaX crossing on the replicated latent z         (redundant, tiny)
+    B     [d_out/t, R] Shard(0)   column-parallel up-projection: output Shard(-1), no collective
+    bwd   dz = all_reduce(dy_i B_i)                  one collective, R wide
+          dx_i = dz A_i,  dA_i = dzᵀ x_i,  dB_i = dy_iᵀ z      no collective
+
+DTensor's greedy per-op strategy would rather all-gather ``B`` and reduce-scatter a d-wide output
+(~6.7× the bytes); both syncs are therefore pinned: ``down``'s Partial output is redistributed to
+Replicate in its forward, and the latent feeding ``up`` is wrapped so that its Partial gradient is
+all-reduced right there, at width R.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import (
+    DTensor,
+    Placement,
+    Replicate,
+    Shard,
+    distribute_module,
+    distribute_tensor,
+)
+from torch.distributed.tensor.parallel import ParallelStyle
+
+from boost.training.parallel.collectives import all_reduce_grad_on_backward, group_name, row_parallel_down
+from boost.training.parallel.norms import OnlineRMSNormDown, SyncRMSNorm, shard_rms_norm
+from boost.training.rules import NORM_MODES, SHARD_LOCAL_NORM_WARNING, norm_is_shard_local, tp_shape_problem
+
+
+def check_norm_mode(norm: str) -> None:
+    """``ValueError`` naming the choices unless ``norm`` is one of ``boost.training.rules.NORM_MODES``."""
+    if norm not in NORM_MODES:
+        raise ValueError(f"norm = {norm!r} is unknown; choose one of {NORM_MODES}")
+
+
+def _warn_if_shard_local(norm: str, t: int) -> None:
+    """A norm over a hidden dim split ``t`` ways, each shard normalised by its own statistic, is another
+    model than the dense one (``boost.training.rules.norm_is_shard_local``): say so where it is sharded."""
+    if norm_is_shard_local(norm, "btp", t):
+        warnings.warn(SHARD_LOCAL_NORM_WARNING, stacklevel=4)
+
+
+def _as_dtensor(x, mesh: DeviceMesh, layout: Placement, desired: Placement):
+    if not isinstance(x, torch.Tensor):
+        return x
+    if not isinstance(x, DTensor):
+        x = DTensor.from_local(x, mesh, [layout], run_check=False)
+    if x.placements != (desired,):
+        x = x.redistribute(mesh, [desired])
+    return x
+
+
+def _shard_param(module: nn.Module, name: str, mesh: DeviceMesh, placement: Placement) -> None:
+    param = getattr(module, name)
+    if param is None or isinstance(param, DTensor):
+        return
+    module.register_parameter(
+        name,
+        nn.Parameter(distribute_tensor(param, mesh, [placement], src_data_rank=None), param.requires_grad),
+    )
+
+
+def _divides(what: str, size: int, t: int) -> None:
+    problem = tp_shape_problem({what: size}, t)
+    if problem is not None:
+        raise ValueError(f"the tensor-parallel degree {t} {problem}")
+
+
+class ReplicatedParallel(ParallelStyle):
+    """A module computed redundantly on every rank, its parameters Replicate DTensors.
+
+    Every parameter of a tensor-parallel model is then a DTensor on the TP mesh (torchtitan's gradient
+    clipping and checkpointing expect it). The input is taken as ``input_layouts`` and brought to
+    Replicate (BTP's final norm gathers the ``Shard(-1)`` hidden state here, once); the output is local.
+    """
+
+    def __init__(self, input_layouts: Placement | None = None):
+        super().__init__()
+        self.input_layouts = input_layouts or Replicate()
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        layout = self.input_layouts
+
+        def prepare(mod, inputs, mesh):
+            return tuple(_as_dtensor(x, mesh, layout, Replicate()) for x in inputs)
+
+        def local(mod, outputs, mesh):
+            return outputs.to_local() if isinstance(outputs, DTensor) else outputs
+
+        return distribute_module(module, device_mesh, input_fn=prepare, output_fn=local)
+
+
+class ShardedRMSNormParallel(ParallelStyle):
+    """An ``RMSNorm`` over the sharded hidden dim, standing alone (``sync`` or ``local``).
+
+    Used where the norm has several readers (ungrouped q/k/v or gate/up), so its statistic cannot
+    ride in a single reader's collective.
+    """
+
+    def __init__(self, norm: str = "sync"):
+        super().__init__()
+        check_norm_mode(norm)
+        self.norm = "sync" if norm == "online" else norm
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        _warn_if_shard_local(self.norm, device_mesh.size())
+        _divides("norm weight size", module.weight.shape[0], device_mesh.size())
+        _shard_param(module, "weight", device_mesh, Shard(0))
+        _swap_forward(
+            module,
+            _sharded_norm_forward,
+            group=group_name(device_mesh),
+            mode=self.norm,
+            dim=module.weight.shape[0],
+        )
+        return module
+
+
+def _sharded_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A standalone norm over the sharded dim, on the local ``[.., d/t]`` shard, before and after."""
+    gamma = self.weight.to_local()
+    if self._btp_mode == "sync":
+        return SyncRMSNorm.apply(x, gamma, self.eps, self._btp_dim, self._btp_group)
+    return shard_rms_norm(x, gamma, self.eps)
+
+
+def _identity_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    return x  # a pre-norm folded into its reader's down-projection (online) or run there (sync/local)
+
+
+_SWAPPED: dict[tuple[type, object], type] = {}
+
+
+def _swap_forward(module: nn.Module, forward, **config) -> None:
+    """Give ``module`` a new ``forward`` by swapping its class (as FSDP2's ``fully_shard`` does).
+
+    A per-instance ``module.forward = ...`` would make every block's forward a different object,
+    which torch.compile guards on: each transformer block would compile again (dynamo's recompile
+    limit is 8). A class shared by every block and plain attributes compile once for all of them.
+    ``config`` values are stored as ``_btp_<name>`` attributes; modules go into ``__dict__`` so that
+    they stay out of ``state_dict`` and ``parameters()``.
+    """
+    cls = type(module)
+    key = (cls, forward)
+    if key not in _SWAPPED:
+        _SWAPPED[key] = type(f"BTP{cls.__name__}", (cls,), {"forward": forward, "__module__": __name__})
+    module.__class__ = _SWAPPED[key]
+    for name, value in config.items():
+        module.__dict__[f"_btp_{name}"] = value
+
+
+class BoostParallelStyle(ParallelStyle):
+    """Bottleneck-aware TP for one bottleneck module: the public face of BTP.
+
+    Args:
+        down: name of the down-projection ``nn.Linear`` (d -> r). Default: ``"down"`` if the module
+            has it, else the first ``nn.Linear`` child (e.g. of an ``nn.Sequential``).
+        up: name(s) of the up-projection(s) (r -> d'): ``nn.Linear`` (weight sharded on dim 0) or
+            a batched ``[G, d_out, r]`` weight (sharded on dim 1). Default: ``"up"`` or the last
+            ``nn.Linear`` child.
+        latent: name of the submodule whose output is the final r-wide latent (its gradient is
+            all-reduced there, once). Default: the input of each up-projection.
+        norm: name of an inner pre-norm (``RMSNorm`` over d) applied to the input, or ``None``.
+        norm_mode: ``"online"`` (statistic fused into the down-projection's all-reduce),
+            ``"sync"`` (its own all-reduce) or ``"local"`` (not equivalent to the dense model).
+        input_layouts: placement of the incoming tensor when it is a plain local tensor
+            (default ``Shard(-1)``: the residual stream sharded on its hidden dim).
+        output_layouts: placement of the d-wide outputs (default ``Shard(-1)``).
+        use_local_output: return local tensors (default) or DTensors.
+
+    Example (2 processes, gloo)::
+
+        >>> mesh = init_device_mesh("cpu", (2,))
+        >>> block = nn.Sequential(nn.Linear(64, 16), nn.SiLU(), nn.Linear(16, 64))
+        >>> parallelize_module(block, mesh, BoostParallelStyle())
+        >>> y_local = block(x_local)          # x_local: this rank's [b, s, 32] slice of x
+    """
+
+    def __init__(
+        self,
+        *,
+        down: str | None = None,
+        up: str | Sequence[str] | None = None,
+        latent: str | None = None,
+        norm: str | None = None,
+        norm_mode: str = "online",
+        input_layouts: Placement | None = None,
+        output_layouts: Placement | None = None,
+        use_local_output: bool = True,
+    ):
+        super().__init__()
+        if norm is not None:
+            check_norm_mode(norm_mode)
+        self.down, self.up, self.latent, self.norm = down, up, latent, norm
+        self.norm_mode = norm_mode
+        self.input_layouts = input_layouts or Shard(-1)
+        self.output_layouts = output_layouts or Shard(-1)
+        self.use_local_output = use_local_output
+
+    def _resolve(self, module: nn.Module) -> tuple[str, list[str]]:
+        linears = [n for n, c in module.named_children() if isinstance(c, nn.Linear)]
+        down = self.down or ("down" if hasattr(module, "down") else (linears[0] if linears else None))
+        up = self.up or ("up" if hasattr(module, "up") else (linears[-1] if len(linears) > 1 else None))
+        if down is None or up is None or down == up:
+            raise ValueError(
+                f"BoostParallelStyle found no bottleneck in {type(module).__name__}: it needs a down "
+                "projection nn.Linear(d, r) and an up projection nn.Linear(r, d'); name them with "
+                "BoostParallelStyle(down=..., up=...)"
+            )
+        ups = [up] if isinstance(up, str) else list(up)
+        if not isinstance(module.get_submodule(down), nn.Linear):
+            raise ValueError(f"BoostParallelStyle: down projection {down!r} must be an nn.Linear")
+        return down, ups
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        if device_mesh.ndim != 1:
+            raise ValueError("BoostParallelStyle takes a 1-D tensor-parallel mesh")
+        t = device_mesh.size()
+        down_name, up_names = self._resolve(module)
+        down = module.get_submodule(down_name)
+        up_units = [m for n in up_names for m in _leaf_projections(module.get_submodule(n))]
+        rank = down.out_features
+        _divides(f"{down_name}.in_features (the full dim d)", down.in_features, t)
+        for unit in up_units:
+            _divides("up-projection output width", unit.weight.shape[-2], t)
+            if unit.weight.shape[-1] > rank:
+                raise ValueError(
+                    f"up-projection reads {unit.weight.shape[-1]} features but the latent is {rank} wide"
+                )
+        norm = module.get_submodule(self.norm) if self.norm else None
+        if norm is not None:
+            _warn_if_shard_local(self.norm_mode, t)
+            _divides("norm weight size", norm.weight.shape[0], t)
+
+        # Parameters: A on its input dim, B on its output dim, γ on d, biases where their outputs live.
+        _shard_param(down, "weight", device_mesh, Shard(1))
+        _shard_param(down, "bias", device_mesh, Replicate())
+        for unit in up_units:
+            _shard_param(unit, "weight", device_mesh, Shard(unit.weight.ndim - 2))
+            if getattr(unit, "bias", None) is not None:
+                _shard_param(unit, "bias", device_mesh, Shard(0))
+        if norm is not None:
+            _shard_param(norm, "weight", device_mesh, Shard(0))
+
+        _swap_forward(
+            down,
+            _down_forward,
+            norm=norm,
+            mode=self.norm_mode,
+            mesh=device_mesh,
+            group=group_name(device_mesh),
+        )
+        if norm is not None:
+            _swap_forward(norm, _identity_forward)
+        if self.latent is not None:
+            module.get_submodule(self.latent).register_forward_hook(_all_reduce_output_grad)
+        else:
+            for n in up_names:
+                module.get_submodule(n).register_forward_pre_hook(_all_reduce_input_grad)
+        return distribute_module(
+            module,
+            device_mesh,
+            input_fn=functools.partial(_prepare_inputs, self.input_layouts),
+            output_fn=functools.partial(_prepare_outputs, self.output_layouts, self.use_local_output),
+        )
+
+
+def _leaf_projections(module: nn.Module) -> list[nn.Module]:
+    """The modules under ``module`` (itself included) that own an up-projection weight."""
+    return [m for m in module.modules() if isinstance(getattr(m, "weight", None), torch.Tensor)]
+
+
+def _all_reduce_output_grad(module: nn.Module, args, out):
+    return all_reduce_grad_on_backward(out)
+
+
+def _all_reduce_input_grad(module: nn.Module, args):
+    return (all_reduce_grad_on_backward(args[0]), *args[1:])
+
+
+def _down_forward(down: nn.Linear, x: DTensor) -> DTensor:
+    """Row-parallel A (optionally after the sharded pre-norm): Partial over r, pinned to Replicate."""
+    norm, mode, mesh, group = down._btp_norm, down._btp_mode, down._btp_mesh, down._btp_group
+    if norm is not None and mode == "online":
+        y = OnlineRMSNormDown.apply(
+            x.to_local(),
+            norm.weight.to_local(),
+            down.weight.to_local(),
+            norm.eps,
+            norm.weight.shape[0],
+            group,
+        )
+        y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
+    else:
+        xl = x.to_local()
+        if norm is not None:
+            gamma = norm.weight.to_local()
+            if mode == "sync":
+                xl = SyncRMSNorm.apply(xl, gamma, norm.eps, norm.weight.shape[0], group)
+            else:
+                xl = shard_rms_norm(xl, gamma, norm.eps)
+        # A's partial product and the forward all-reduce, r wide, pinned (DTensor would otherwise
+        # pick its own strategy), as one Function: low-rank AC's recompute then skips the GEMM.
+        y = row_parallel_down(xl, down.weight.to_local(), group)
+        y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
+    if down.bias is not None:
+        y = y + down.bias
+    return y
+
+
+def _normalized(p: Placement, ndim: int) -> Placement:
+    return Shard(p.dim % ndim) if isinstance(p, Shard) else p
+
+
+def _prepare_inputs(layout: Placement, module: nn.Module, inputs, device_mesh: DeviceMesh):
+    x, *rest = inputs
+    x = _as_dtensor(x, device_mesh, layout, Shard(x.ndim - 1))
+    # A LaX carry is the previous bottleneck's replicated latent.
+    rest = [_as_dtensor(c, device_mesh, Replicate(), Replicate()) for c in rest]
+    return (x, *rest)
+
+
+def _prepare_outputs(layout: Placement, use_local: bool, module: nn.Module, outputs, device_mesh: DeviceMesh):
+    def convert(t):
+        if isinstance(t, (tuple, list)):
+            return type(t)(convert(v) for v in t)
+        if not isinstance(t, DTensor):
+            return t
+        # d-wide outputs leave in the requested layout; the replicated r-wide latent stays as it is.
+        if t.placements[0].is_shard() and _normalized(t.placements[0], t.ndim) != _normalized(layout, t.ndim):
+            t = t.redistribute(device_mesh, [layout])
+        return t.to_local() if use_local else t
+
+    return convert(outputs)

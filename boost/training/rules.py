@@ -1,0 +1,440 @@
+"""BOOST's rules, stated once: the linear kinds and the tensor-parallel schemes and what each one is, the
+norm and activation-checkpoint modes, how the bottleneck rank and the data-parallel degree are resolved,
+the models' name, and every check of a layout.
+
+Everything that needs one of these imports it from here: the model (``boost.training.model``), the TP plans
+(``boost.training.parallel.tp_plans``), the layout planner and performance model, and the trainer's preflight
+(``torchtitan_ext.preflight``), which quotes the TOML field each check is about.
+
+A layout check takes plain values and returns ``None`` when the layout holds, else what to change —
+one sentence a user can act on. Callers decide what a broken rule means: the preflight refuses the
+job naming the field, the planner skips the layout, ``apply_tp`` raises ``ValueError``.
+
+Example::
+
+    >>> KINDS["lax"].pipelines, KINDS["cola"].latent_activation, KINDS["full"].tp_scheme
+    (False, True, 'megatron')
+    >>> SCHEMES["btp"].residual_width(4096, tp=4), SCHEMES["vanilla"].residual_width(4096, tp=4)
+    (1024, 4096)
+    >>> resolve_rank(dim=4096, rank=0, rank_ratio=0.25)
+    1024
+    >>> tp_scheme_problem("full", "btp", tp=4)
+    'the dense model (boost.linear = "full") uses tp_scheme = "megatron"'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LinearKind:
+    """What a projection kind is, as every part of BOOST needs to know it."""
+
+    name: str
+    low_rank: bool
+    """``W ≈ B·A`` with a rank-r bottleneck, instead of one dense ``W``."""
+    latent_activation: bool
+    """σ on the r-wide latent (CoLA's ``B·σ(A·x)``); the MLP then drops SwiGLU's full-width SiLU."""
+    latent_crossing: bool
+    """LaX: each block's latents are added into the next block's, a carry from block to block."""
+    tp_scheme: str
+    """The tensor-parallel scheme its configs use: BTP for low-rank kinds, Megatron for the dense baseline."""
+
+    @property
+    def pipelines(self) -> bool:
+        """Whether the model can be cut into pipeline stages: a stage boundary would cut LaX's carry."""
+        return not self.latent_crossing
+
+    @property
+    def factors_form_weight(self) -> bool:
+        """``B·A`` is the layer's weight: low rank with nothing between the factors (no σ, no LaX carry),
+        so the factors are a point ``W = B·A`` on the rank-r manifold, the point LORO's optimizer moves."""
+        return self.low_rank and not self.latent_activation and not self.latent_crossing
+
+
+KINDS: dict[str, LinearKind] = {
+    kind.name: kind
+    for kind in (
+        LinearKind(
+            "full", low_rank=False, latent_activation=False, latent_crossing=False, tp_scheme="megatron"
+        ),
+        LinearKind("svd", low_rank=True, latent_activation=False, latent_crossing=False, tp_scheme="btp"),
+        LinearKind("cola", low_rank=True, latent_activation=True, latent_crossing=False, tp_scheme="btp"),
+        LinearKind("lax", low_rank=True, latent_activation=True, latent_crossing=True, tp_scheme="btp"),
+    )
+}
+LINEAR_KINDS = tuple(KINDS)
+DENSE_KIND = next(kind.name for kind in KINDS.values() if not kind.low_rank)
+
+
+@dataclass(frozen=True)
+class TPScheme:
+    """What a tensor-parallel scheme shards and what it leaves whole, as every part of BOOST needs to
+    know it: the TP plans, the pipeline's stage boundaries, the layout planner, the performance model
+    and the communication volumes read these fields rather than compare scheme names.
+
+    Per rank at TP degree ``t`` (``d`` hidden, ``f`` FFN hidden, ``r`` rank)::
+
+        scheme    residual  heads, f    rank   collectives   linears   kinds
+        btp       d/t       local (/t)  r      r wide        grouped   low-rank
+        vanilla   d         whole       r/t    d wide        ungrouped low-rank
+        megatron  d (s/t)   local (/t)  —      d wide        —         dense
+    """
+
+    name: str
+    shards_residual: bool
+    """The residual stream is sharded on its hidden dim (``d/t``); the pre-norms then read a sharded dim."""
+    shards_heads: bool
+    """Attention runs on the rank's ``n_heads/t`` heads and the MLP on its ``f/t`` columns (else whole)."""
+    shards_rank: bool
+    """The bottleneck rank dim is split ``t`` ways, so every latent is ``r/t`` wide on a rank."""
+    low_rank: bool
+    """It runs the low-rank kinds (``B·A``); else the dense baseline (``boost.linear = "full"``)."""
+    sequence_parallel: bool
+    """It has a sequence-parallel plan (the residual sharded on the sequence dim between blocks)."""
+
+    @property
+    def groups_linears(self) -> bool:
+        """The grouped down-projections (one GEMM for q/k/v, one for gate/up) stay whole on a rank
+        unless the rank dim is split, which would cut a grouped ``[r_q+r_k+r_v, d]`` factor across members."""
+        return not self.shards_rank
+
+    @property
+    def rank_wide_collectives(self) -> bool:
+        """Its collectives carry the r-wide latents (what low-rank AC keeps, and what the online norm
+        rides in): the low-rank schemes that keep the rank dim whole."""
+        return self.low_rank and not self.shards_rank
+
+    def takes(self, kind: LinearKind) -> bool:
+        """Whether it runs models of ``kind``: the dense plan the dense kind, the others the low-rank kinds."""
+        return kind.low_rank == self.low_rank
+
+    def kind_for(self, linear: str) -> str:
+        """The linear kind a layout of this scheme runs where ``linear`` is asked for: the dense plan runs
+        the dense model, whatever low-rank kind the other schemes run."""
+        return linear if self.low_rank else DENSE_KIND
+
+    def residual_width(self, dim: int, tp: int) -> int:
+        """The hidden width of the residual stream on one rank."""
+        return dim // tp if self.shards_residual else dim
+
+    def local(self, size: int, tp: int) -> int:
+        """A head count or the FFN width on one rank."""
+        return size // tp if self.shards_heads else size
+
+    def latent_width(self, rank: int, tp: int) -> int:
+        """The width of one bottleneck latent on one rank."""
+        return rank // tp if self.shards_rank else rank
+
+    def residual_shape(
+        self, batch: int, seq_len: int, dim: int, tp: int, sequence_parallel: bool
+    ) -> tuple[int, int, int]:
+        """The ``[b, s, d]`` residual stream on one rank, as it crosses a pipeline stage boundary."""
+        if tp > 1 and sequence_parallel and self.sequence_parallel:
+            return (batch, seq_len // tp, dim)
+        return (batch, seq_len, self.residual_width(dim, tp))
+
+
+SCHEMES: dict[str, TPScheme] = {
+    scheme.name: scheme
+    for scheme in (
+        # bottleneck-aware: full dims sharded, the bottleneck whole, r-wide collectives
+        TPScheme(
+            "btp",
+            shards_residual=True,
+            shards_heads=True,
+            shards_rank=False,
+            low_rank=True,
+            sequence_parallel=False,
+        ),
+        # Megatron's plan transposed onto the factors: A column-parallel on r, B row-parallel, d-wide all-reduces
+        TPScheme(
+            "vanilla",
+            shards_residual=False,
+            shards_heads=False,
+            shards_rank=True,
+            low_rank=True,
+            sequence_parallel=False,
+        ),
+        # the dense baseline: ColwiseParallel / RowwiseParallel, optional sequence parallel
+        TPScheme(
+            "megatron",
+            shards_residual=False,
+            shards_heads=True,
+            shards_rank=False,
+            low_rank=False,
+            sequence_parallel=True,
+        ),
+    )
+}
+TP_SCHEMES = tuple(SCHEMES)
+
+
+def tp_scheme(name: str) -> TPScheme:
+    """The scheme called ``name``; ``ValueError`` naming the choices otherwise."""
+    if name not in SCHEMES:
+        raise ValueError(f"boost.tp_scheme = {name!r} is unknown; choose one of {TP_SCHEMES}")
+    return SCHEMES[name]
+
+
+NORM_MODES = ("online", "sync", "local")
+"""Pre-norm over a sharded hidden dim: online (statistic rides in the next all-reduce), sync (its own
+all-reduce), local (shard-local statistics: NOT the dense model)."""
+
+AC_MODES = ("none", "full", "lowrank")
+"""none; full (recompute whole blocks); lowrank (keep BTP's r-wide latents, recompute the rest)."""
+
+DEFAULT_RANK_RATIO = 0.25  # the reference paper's r = d/4
+
+MODEL_NAME = "boost_llama"
+"""The name BOOST's models go by: torchtitan's train spec (``model.name``) and the Hugging Face ``model_type``."""
+
+
+def data_parallel_degree(
+    world_size: int, *, tp: int, pp: int, cp: int, dp_replicate: int, dp_shard: int
+) -> int:
+    """dp_replicate × dp_shard, how many different batches a step reads; ``dp_shard = -1`` takes the
+    ranks the other mesh dims leave (torchtitan's ``ParallelDims``)."""
+    if dp_shard == -1:
+        dp_shard = world_size // (tp * pp * cp * dp_replicate)
+    return dp_replicate * dp_shard
+
+
+def linear_kind(name: str) -> LinearKind:
+    """The kind called ``name``; ``ValueError`` naming the choices otherwise."""
+    if name not in KINDS:
+        raise ValueError(f"boost.linear = {name!r} is unknown; choose one of {LINEAR_KINDS}")
+    return KINDS[name]
+
+
+def resolve_rank(dim: int, rank: int, rank_ratio: float) -> int:
+    """The bottleneck rank: ``rank`` when set (> 0), else ``rank_ratio · dim`` rounded, at least 1."""
+    return rank if rank else max(1, round(rank_ratio * dim))
+
+
+SHARD_LOCAL_NORM_WARNING = (
+    'boost.norm = "local": each rank normalises its shard of the hidden dim alone; the '
+    "model is NOT the dense model and changes with the TP degree"
+)
+
+
+def norm_is_shard_local(norm: str, tp_scheme: str, tp: int) -> bool:
+    """Whether the pre-norms normalise each TP shard by its own statistic: a different model from the dense
+    one for every TP degree. Only a scheme that shards the residual's hidden dim gives the norm a shard
+    to read (vanilla and megatron keep it whole), so only there does ``norm = "local"`` change the model."""
+    return norm == "local" and SCHEMES[tp_scheme].shards_residual and tp > 1
+
+
+def rank_problem(rank: int, dim: int, kv_dim: int) -> str | None:
+    """The rank factors every projection, so it is positive and below the smallest dim it factors."""
+    smallest = min(dim, kv_dim)
+    return (
+        None
+        if 0 < rank < smallest
+        else f"must be below the smallest dim it factors ({smallest}) and positive"
+    )
+
+
+def groups_linears(tp_scheme: str) -> bool:
+    """Whether a scheme runs the grouped down-projections (``TPScheme.groups_linears``)."""
+    return SCHEMES[tp_scheme].groups_linears
+
+
+# ----------------------------------------------------------------------------- layout checks
+
+
+def tp_scheme_problem(linear: str, tp_scheme: str, tp: int) -> str | None:
+    """The dense kind runs Megatron's plan; the low-rank kinds BTP or vanilla."""
+    if tp == 1 or SCHEMES[tp_scheme].takes(KINDS[linear]):
+        return None
+    if not KINDS[linear].low_rank:
+        return f'the dense model (boost.linear = "full") uses tp_scheme = "{KINDS[linear].tp_scheme}"'
+    low_rank = " or ".join(f'"{s.name}"' for s in SCHEMES.values() if s.takes(KINDS[linear]))
+    return (
+        f"{tp_scheme} is the dense baseline, but boost.linear = {linear!r}: use {low_rank} "
+        'for low-rank kinds, or boost.linear = "full"'
+    )
+
+
+def tp_shape_problem(shapes: dict[str, int], tp: int) -> str | None:
+    """Every sharded dim divides by the TP degree (``shapes``: name → size, e.g. n_heads, dim, ffn_dim)."""
+    for name, size in shapes.items():
+        if size % tp:
+            return f"must divide {name} = {size}"
+    return None
+
+
+def tp_sharded_dims(n_heads: int, kv_heads: int, dim: int, ffn_dim: int) -> dict[str, int]:
+    """The model dims every TP scheme shards (the vocabulary too, checked where its size is known)."""
+    return {"n_heads": n_heads, "kv_heads": kv_heads, "dim": dim, "ffn_dim": ffn_dim}
+
+
+def grouping_problem(tp_scheme: str, group_linears: bool, tp: int) -> str | None:
+    """vanilla TP shards the rank dim, so its down-projections run ungrouped."""
+    if tp == 1 or SCHEMES[tp_scheme].groups_linears or not group_linears:
+        return None
+    return (
+        f"{tp_scheme} TP shards the rank dim, which would split a grouped [r_q+r_k+r_v, d] factor across members: "
+        "add --boost.no-group-linears (boost.group_linears = false)"
+    )
+
+
+def vanilla_rank_problem(tp_scheme: str, rank: int, tp: int) -> str | None:
+    """A scheme that shards the rank dim needs a rank that divides by the TP degree."""
+    if tp == 1 or not SCHEMES[tp_scheme].shards_rank or rank % tp == 0:
+        return None
+    return f"must be divisible by the TP degree {tp}: {tp_scheme} TP shards the rank dim"
+
+
+def online_norm_problem(linear: str, tp_scheme: str, norm: str, group_linears: bool, tp: int) -> str | None:
+    """Online RMSNorm rides in the one grouped down-projection that reads the norm (a sharded residual, TP > 1)."""
+    if (
+        tp == 1
+        or not SCHEMES[tp_scheme].shards_residual
+        or norm != "online"
+        or group_linears
+        or not KINDS[linear].low_rank
+    ):
+        return None
+    return (
+        "online RMSNorm rides in the one grouped down-projection that reads the norm; ungrouped, several "
+        'read it: set boost.norm = "sync", or boost.group_linears = true'
+    )
+
+
+def loro_kind_problem(linear: str) -> str | None:
+    """LORO (``optimizer.name = "LORO"``) moves ``W = B·A`` on the rank-r manifold: the kind's factors must
+    form its weight (``LinearKind.factors_form_weight``)."""
+    kind = KINDS[linear]
+    if kind.factors_form_weight:
+        return None
+    svd = next(k.name for k in KINDS.values() if k.factors_form_weight)
+    if not kind.low_rank:
+        return f'LORO moves low-rank factors and the dense model has none: use boost.linear = "{svd}"'
+    between = "σ and the LaX carry" if kind.latent_crossing else "σ"
+    return (
+        f"LORO moves W = B·A on the rank-r manifold, and under boost.linear = {linear!r} {between} between the "
+        f'factors make B·A not the layer\'s weight: use boost.linear = "{svd}" (or optimizer.name = "AdamW")'
+    )
+
+
+def loro_rank_problem(rank: int, smallest_dim: int) -> str | None:
+    """LORO's exact step adds up to r new directions to each factor's r columns (the tangent step leaves
+    the column space), so every factor needs at least 2r rows: ``2·rank ≤`` the smallest factored dim."""
+    if 2 * rank <= smallest_dim:
+        return None
+    return (
+        f"LORO's exact step needs 2·rank ≤ the smallest factored dim ({smallest_dim}): "
+        f"use a rank of at most {smallest_dim // 2}"
+    )
+
+
+def lowrank_ac_applies(tp_scheme: str, tp: int) -> bool:
+    """Low-rank AC keeps BTP's r-wide all-reduced latents, which exist only under BTP at TP > 1 (at TP = 1,
+    and under the vanilla/megatron plans whose all-reduces are d wide, there is nothing r-wide to keep)."""
+    return tp > 1 and SCHEMES[tp_scheme].rank_wide_collectives
+
+
+def activation_checkpoint_problem(mode: str, tp_scheme: str, tp: int) -> str | None:
+    if mode != "lowrank" or lowrank_ac_applies(tp_scheme, tp):
+        return None
+    where = "at tensor_parallel_degree = 1" if tp == 1 else f"under tp_scheme = {tp_scheme!r}"
+    return (
+        f"keeps BTP's r-wide all-reduced latents, and {where} there are none: "
+        'use "full" (or tp_scheme = "btp" with tensor_parallel_degree > 1)'
+    )
+
+
+def pipeline_problem(linear: str, pp: int, n_layers: int) -> str | None:
+    """At most one stage per layer, and no stage boundary through LaX's carry."""
+    if pp > 1 and pp > n_layers:
+        return f"more stages than the {n_layers} layers"
+    if pp > 1 and not KINDS[linear].pipelines:
+        return f"{linear} carries latents across blocks: use 1, or another boost.linear"
+    return None
+
+
+def pipeline_stage_count(
+    multi_stage: bool,
+    pp: int,
+    n_layers: int,
+    layers_per_stage: int | None,
+    first_stage_less: int,
+    last_stage_less: int,
+) -> int:
+    """The stages torchtitan's ``pipeline_llm`` cuts the model into, over all ranks: one per rank for a
+    single-stage schedule and two for a multi-stage one, unless ``layers_per_stage`` sets the count (the
+    embedding and the head weigh ``first_stage_less`` and ``last_stage_less`` layers)."""
+    if layers_per_stage is None:
+        return pp * (2 if multi_stage else 1)
+    return -(-(n_layers + first_stage_less + last_stage_less) // layers_per_stage)
+
+
+# What each torch.distributed.pipelining schedule's constructor raises on (torch 2.13, schedules.py), by
+# lower-case name: the schedules that need a micro-batch per stage, the interleaved ones that run their
+# micro-batches in equal rounds of n // pp, and the V-shaped ones that hold exactly two stages per rank.
+PIPELINE_MICROBATCH_PER_STAGE = ("1f1b", "dualpipev")
+PIPELINE_MICROBATCH_ROUNDS = ("interleaved1f1b", "interleavedzerobubble")
+PIPELINE_TWO_STAGES_PER_RANK = ("zbvzerobubble", "dualpipev")
+
+
+def pipeline_stages_problem(schedule: str, multi_stage: bool, pp: int, stages: int) -> str | None:
+    """The stages (``pipeline_stage_count``) split evenly over the ranks, as many per rank as the schedule runs."""
+    per_rank, rest = divmod(stages, pp)
+    if rest:
+        return (
+            f"gives {stages} stages, which {pp} pipeline ranks cannot split evenly: "
+            f"choose one giving a multiple of {pp}"
+        )
+    if not multi_stage and per_rank != 1:
+        return (
+            f"gives {per_rank} stages per rank; schedule {schedule} runs one: leave it unset, "
+            "or choose a multi-stage schedule"
+        )
+    if multi_stage and per_rank < 2:
+        return (
+            f"gives 1 stage per rank; schedule {schedule} runs several: lower it (unset gives 2 per rank), "
+            "or choose a single-stage schedule"
+        )
+    if schedule.lower() in PIPELINE_TWO_STAGES_PER_RANK and per_rank != 2:
+        return f"gives {per_rank} stages per rank; schedule {schedule} runs exactly 2: leave it unset"
+    return None
+
+
+def pipeline_microbatch_problem(
+    schedule: str, local_batch_size: int, microbatch_size: int, pp: int, stages: int
+) -> str | None:
+    """The micro-batch count (``local_batch_size / microbatch_size``) that the schedule accepts over ``stages``."""
+    n = local_batch_size // microbatch_size
+    split = (
+        f"with parallelism.pipeline_parallel_microbatch_size = {microbatch_size} that is {n} "
+        f"micro-batch{'es' if n > 1 else ''}"
+    )
+    name = schedule.lower()
+    if name in PIPELINE_MICROBATCH_PER_STAGE and n < stages:
+        smaller = " (or lower the micro-batch size)" if microbatch_size > 1 else ""
+        return (
+            f"{split}, fewer than the {stages} stages of schedule {schedule}, which needs one per stage: "
+            f"raise training.local_batch_size to at least {stages * microbatch_size}{smaller}"
+        )
+    rounds = max(1, n // pp)
+    if name in PIPELINE_MICROBATCH_ROUNDS and n % rounds:
+        return (
+            f"{split}, which schedule {schedule} cannot split into n // pp = {rounds} equal rounds: "
+            f"make the micro-batch count a multiple of pp = {pp}, or below {2 * pp}"
+        )
+    return None
+
+
+def sequence_parallel_problem(sequence_parallel: bool, tp_scheme: str, seq_len: int, tp: int) -> str | None:
+    if not sequence_parallel or tp == 1:
+        return None
+    if not SCHEMES[tp_scheme].sequence_parallel:
+        planned = next(s.name for s in SCHEMES.values() if s.sequence_parallel)
+        return (
+            f'only the {planned} scheme has a sequence-parallel plan: drop it, or use tp_scheme = "{planned}"'
+        )
+    if seq_len % tp:
+        return f"shards the sequence: training.seq_len = {seq_len} must be divisible by {tp}"
+    return None
