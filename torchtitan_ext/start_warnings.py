@@ -65,9 +65,8 @@ def _no_float32_autocast() -> None:
         return amp(parallel_dims, mixed_precision_param, device_type)
 
     maybe_enable_amp.boost_no_float32_autocast = True
-    dist_utils.maybe_enable_amp = (
-        maybe_enable_amp  # torchtitan's trainer calls it as dist_utils.maybe_enable_amp
-    )
+    # torchtitan's trainer calls it as dist_utils.maybe_enable_amp: the module's attribute
+    dist_utils.maybe_enable_amp = maybe_enable_amp
 
 
 def _peak_flops_without_missing_lspci() -> None:

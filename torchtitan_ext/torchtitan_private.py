@@ -33,6 +33,12 @@ upgrade of torchtitan knows where to look):
 - ``Trainer.__init__`` builds ``Trainer.checkpointer`` as a plain ``CheckpointManager``: BOOST adopts
   that instance as its subclass (``BoostCheckpointManager.adopt``, a class swap) and sets its
   ``exclude_from_loading`` to skip a data position that cannot be resharded.
+- ``Trainer.train_step`` (``torchtitan_ext.train.BoostTrainer._train_step``): torchtitan's step with
+  the global valid-token count kept on the device (no host sync but the log step's) and the gradient
+  norm taken on local shards.
+- ``torchtitan.distributed.utils.maybe_enable_amp`` and ``torchtitan.tools.utils.get_peak_flops``, the
+  module attributes the trainer calls (``torchtitan_ext.start_warnings``): no autocast for a float32
+  job without FSDP, and no ``lspci`` run where there is none.
 
 Public API used instead of private names: torchtitan's ``register_train_spec`` (called once, by the
 entry point) rather than ``_extra_train_specs``; torch's ``create_selective_checkpoint_contexts``
