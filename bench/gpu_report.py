@@ -31,6 +31,7 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shlex
 import signal
 import statistics
@@ -113,9 +114,14 @@ def _run(argv: list[str], env: dict[str, str], timeout_s: float, log_path: Path)
     return code, log_path.read_text(errors="replace")
 
 
-def measure(row: TrainRow | KernelRow, timeout_s: float, env: dict[str, str] | None = None) -> Result:
+def measure(
+    row: TrainRow | KernelRow,
+    timeout_s: float,
+    env: dict[str, str] | None = None,
+    keep_log: Path | None = None,
+) -> Result:
     """Run one row (``env`` added to its environment); a failure or a timeout is a Result with the log's
-    last error line, never an exception."""
+    last error line, never an exception. ``keep_log``: where the row's whole output is copied."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpu_report_") as tmp:
         log_path, result_path = Path(tmp) / "log.txt", Path(tmp) / "result.json"
@@ -130,6 +136,8 @@ def measure(row: TrainRow | KernelRow, timeout_s: float, env: dict[str, str] | N
             argv, row_env = row.command(str(result_path))
             code, log = _run([sys.executable, *argv], {**(env or {}), **row_env}, timeout_s, log_path)
         seconds = time.monotonic() - start
+        if keep_log is not None:
+            keep_log.write_text(log)
         if code is None:
             return Result(
                 row, "timed out", seconds, f"after {timeout_s:.0f} s; {train_log.last_error_line(log)}"
@@ -146,9 +154,10 @@ def measure(row: TrainRow | KernelRow, timeout_s: float, env: dict[str, str] | N
     return Result(row, "ok", seconds, values=values)
 
 
-def run_rows(rows: list, budget_s: float, env: dict[str, str]) -> list[Result]:
+def run_rows(rows: list, budget_s: float, env: dict[str, str], keep_logs: Path | None = None) -> list[Result]:
     """Each row in turn within ``budget_s``: a row gets at most what is left, and none starts with
-    less than :data:`LEAST_S` left (it would only time out)."""
+    less than :data:`LEAST_S` left (it would only time out). ``keep_logs``: a folder that gets each
+    row's output as ``<row name>.log``."""
     started = time.monotonic()
     results = []
     for row in rows:
@@ -156,7 +165,8 @@ def run_rows(rows: list, budget_s: float, env: dict[str, str]) -> list[Result]:
         if left < LEAST_S:
             results.append(Result(row, "not run", error=f"the {budget_s:.0f} s budget was spent"))
             continue
-        result = measure(row, min(row.timeout_s, left), env)
+        log = keep_logs / (re.sub(r"[^A-Za-z0-9.]+", "_", row.name) + ".log") if keep_logs else None
+        result = measure(row, min(row.timeout_s, left), env, log)
         print(
             f"{row.section}: {row.name}: {result.status} in {result.seconds:.0f} s {result.error}", flush=True
         )
@@ -196,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--rows", nargs="+", metavar="NAME", help="only these rows (names as --dry-check lists them)"
     )
+    p.add_argument("--keep-logs", type=Path, metavar="DIR", help="each row's whole output as DIR/<row>.log")
     p.add_argument("--dry-check", action="store_true", help="list the rows and their commands; run nothing")
     a = p.parse_args(argv)
     names = {r.name for r in ROWS} | {f"{r.section}: {r.name}" for r in ROWS}
@@ -222,7 +233,10 @@ def main(argv: list[str] | None = None) -> int:
     named_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpu_report_inductor_") as fresh_cache:
-        results = run_rows(rows, a.budget_s, {} if named_cache else {"TORCHINDUCTOR_CACHE_DIR": fresh_cache})
+        if a.keep_logs:
+            a.keep_logs.mkdir(parents=True, exist_ok=True)
+        cache_env = {} if named_cache else {"TORCHINDUCTOR_CACHE_DIR": fresh_cache}
+        results = run_rows(rows, a.budget_s, cache_env, a.keep_logs)
     given = sys.argv[1:] if argv is None else argv
     text = render(
         results,
