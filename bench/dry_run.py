@@ -38,7 +38,7 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
 from boost.planning.layout_planner import memory_per_gpu
-from boost.training.rules import data_parallel_degree
+from boost.training.rules import data_parallel_degree, reshards_after_forward
 from torchtitan_ext.config import linear_kind_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -156,6 +156,9 @@ def predicted_bytes(config: dict, world_size: int, seq_len: int) -> float:
         dtype_bytes=4,
         workspace_bytes=0,
         compiled=compiled,
+        reshard_after_forward=reshards_after_forward(
+            config["parallelism"].get("fsdp_reshard_after_forward", "default"), pp > 1
+        ),
     )
 
 

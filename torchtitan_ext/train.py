@@ -88,6 +88,7 @@ class BoostTrainer(Trainer):
         self.stop.device = self.device
         self._start_step: int | None = None
         self._first_step_done = False
+        self._params: list[torch.nn.Parameter] | None = None
 
     def train_step(self, data_iterator) -> None:
         self.metrics_processor.step_begins(self.step)  # which steps the communication counter watches
@@ -166,7 +167,9 @@ class BoostTrainer(Trainer):
     def _clip_grad_norm(self) -> torch.Tensor:
         """torchtitan's ``clip_grad_norm_`` (the norm over every rank, pipeline stages included), on
         local shards where ``boost.training.parallel.grad_norm`` applies, torchtitan's own elsewhere."""
-        params = [p for m in self.model_parts for p in m.parameters()]
+        if self._params is None:  # the same Parameter objects every step (a checkpoint loads into them)
+            self._params = [p for m in self.model_parts for p in m.parameters()]
+        params = self._params
         grads = [p.grad for p in params if p.grad is not None]
         max_norm, pp_mesh = self.job_config.training.max_norm, self.parallel_dims.get_optional_mesh("pp")
         if self.parallel_dims.ep_enabled or not local_grad_norm_applies(grads, 2.0):

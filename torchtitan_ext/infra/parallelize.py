@@ -26,6 +26,7 @@ from torchtitan.models.llama3.infra.parallelize import (
 from torchtitan.tools.logging import logger
 
 import boost.training.parallel
+from boost.training.rules import reshards_after_forward
 from torchtitan_ext.torchtitan_private import data_parallel_mesh
 
 
@@ -211,16 +212,7 @@ def apply_fsdp(
     }
     if cpu_offload:
         fsdp_config["offload_policy"] = CPUOffloadPolicy()
-    match reshard_after_forward_policy:
-        case "always":
-            reshard_after_forward = True
-        case "never":
-            reshard_after_forward = False
-        case "default":
-            # under PP, no per-microbatch all-gathers (torchtitan's default)
-            reshard_after_forward = not pp_enabled
-        case _:
-            raise ValueError(f"Invalid reshard_after_forward_policy: {reshard_after_forward_policy}.")
+    reshard_after_forward = reshards_after_forward(reshard_after_forward_policy, pp_enabled)
 
     if model.tok_embeddings is not None:
         fully_shard(model.tok_embeddings, **fsdp_config, reshard_after_forward=reshard_after_forward)

@@ -31,7 +31,12 @@ from boost.planning.perf_model.peak_memory import (
 )
 from boost.training.model.args import FLAVORS
 from boost.training.options import BoostOptions
-from boost.training.rules import data_parallel_degree, resolve_rank
+from boost.training.rules import (
+    RESHARD_POLICIES,
+    data_parallel_degree,
+    reshards_after_forward,
+    resolve_rank,
+)
 
 try:
     import tomllib
@@ -63,6 +68,7 @@ class TrainingLayout:
     dtype_bytes: int
     compiled: bool
     vocab_size: int
+    reshard_policy: str  # parallelism.fsdp_reshard_after_forward
 
     @classmethod
     def from_toml(cls, path: str | Path) -> TrainingLayout:
@@ -95,6 +101,11 @@ class TrainingLayout:
             raise ValueError(
                 f"{path}: [training] mixed_precision_param = {precision!r} is not one of {list(DTYPE_BYTES)}"
             )
+        reshard = par.get("fsdp_reshard_after_forward", "default")
+        if reshard not in RESHARD_POLICIES:
+            raise ValueError(
+                f"{path}: [parallelism] fsdp_reshard_after_forward = {reshard!r} is not one of {RESHARD_POLICIES}"
+            )
         compile_ = toml.get("compile", {})
         return cls(
             path=str(path),
@@ -118,6 +129,7 @@ class TrainingLayout:
             dtype_bytes=DTYPE_BYTES[precision],
             compiled=compile_.get("enable", False) and "model" in compile_.get("components", ["model"]),
             vocab_size=boost.get("tokenizer_vocab_size", defaults.tokenizer_vocab_size),
+            reshard_policy=reshard,
         )
 
     @property
@@ -160,6 +172,7 @@ class TrainingLayout:
             dtype_bytes=self.dtype_bytes,
             compiled=self.compiled,
             rank=self.rank,
+            reshard_after_forward=reshards_after_forward(self.reshard_policy, self.pp > 1),
             breakdown=breakdown,
         )
 

@@ -11,6 +11,9 @@ unsharded           under FSDP2: ``2·dtype·P_layer / tp`` for the all-gathered
                     embedding or head with its unsharded fp32 gradient (in that unit's backward);
                     under PP (m > 1, dp > 1) instead ``(dtype + 4)·P / tp``: torch's schedule keeps
                     the stage's weights gathered and its gradients unsharded across micro-batches;
+                    with ``fsdp_reshard_after_forward = "never"`` (no PP) instead ``dtype·P / tp +
+                    4·V·d / tp``: every layer's gathered weights held from its forward to its
+                    backward, and the head's fp32 gradient;
                     and ``(dtype + 4)·P_layer / tp`` in a layer's backward: its unsharded gradient in
                     the compute dtype and FSDP2's fp32 reduce-scatter input. FSDP2 wraps every layout
                     but one device (tp = pp = dp = 1, where torchtitan's autocast casts in place, and
@@ -92,13 +95,16 @@ def memory_per_gpu(
     workspace_bytes: float = WORKSPACE_BYTES,
     compiled: bool = False,
     rank: int | None = None,
+    reshard_after_forward: bool = True,
     breakdown: bool = False,
 ) -> float | dict[str, float]:
     """Peak bytes on one GPU (module docstring's formulas). ``dp`` is the FSDP degree; ``dtype_bytes``
     the dtype the run computes in (2 for bf16, 4 for fp32 as in the CPU dry runs of ``bench.dry_run``): the
     all-gathered weights, the unsharded gradients and the activations take it; the fixed
     ``workspace_bytes`` is a GPU's (CUDA context, NCCL); ``compiled``: torch.compile, whose AC keeps
-    attention's output; ``rank`` the bottleneck rank (``None``: the flavor's). ``breakdown=True``: the
+    attention's output; ``rank`` the bottleneck rank (``None``: the flavor's); ``reshard_after_forward``
+    FSDP's (``boost.training.rules.reshards_after_forward``: False keeps the gathered weights of every
+    layer from its forward to its backward). ``breakdown=True``: the
     terms (``states``, ``unsharded``, ``activations``, ``logits``, ``workspace``) and their sum under
     ``"total"``."""
     if ac not in AC_MODES:
@@ -116,6 +122,9 @@ def memory_per_gpu(
         # torch's pipeline schedule neither reshards nor reduce-scatters between micro-batches: the
         # stage's weights stay gathered, and its gradients unsharded (fp32), for the whole step
         unsharded = (dtype_bytes + 4) * params_stage / tp
+    elif pp == 1 and not reshard_after_forward:
+        # every layer's weights stay gathered from its forward to its backward; the head's fp32 gradient
+        unsharded = dtype_bytes * params_stage / tp + 4 * args.dim * vocab_size / tp
     else:
         # the layer in use and the next one (FSDP prefetch); the embedding or head with its unsharded
         # fp32 gradient, together in that unit's backward (V·d/tp: as large as a layer at 1B, tp 1)
