@@ -8,7 +8,7 @@ Rows (``bench.gpu_rows.ROWS``, run in that order, each in its own process):
   (``--boost.linear full --boost.tp_scheme megatron``), 12 steps; tokens/s, MFU and memory as
   torchtitan logs them over steps 6–12, and BOOST's start-up line;
 - rank dry run: ``DRY_RUN=1 NGPU=N`` (``bench.rank_dry_run``'s rows) of 3B@8 and 7B@16 for btp, vanilla
-  and megatron, 13B@8 and 30B@16 (pipeline) for btp, 6 steps, steps 3–6 steady;
+  and megatron, 13B@8 and 30B@16 (pipeline) for btp, 10 steps, steps 3–10 steady;
 - kernel split: ``bench.kernel_split`` for the 1B CoLA and dense step (3 warm-up, 5 timed, 2 profiled).
 
 Time: the rows start in seconds of CPU work each (imports, the seeded init, compilation) before a
@@ -207,6 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         "--rows", nargs="+", metavar="NAME", help="only these rows (names as --dry-check lists them)"
     )
     p.add_argument("--keep-logs", type=Path, metavar="DIR", help="each row's whole output as DIR/<row>.log")
+    p.add_argument(
+        "--checkout",
+        metavar="LABEL",
+        help="the commit the rows ran, where git cannot tell (a copy of the tree whose .git is not its own)",
+    )
     p.add_argument("--dry-check", action="store_true", help="list the rows and their commands; run nothing")
     a = p.parse_args(argv)
     names = {r.name for r in ROWS} | {f"{r.section}: {r.name}" for r in ROWS}
@@ -242,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
         results,
         device=torch.cuda.get_device_name(),
         torch_version=f"{torch.__version__} (CUDA {torch.version.cuda})",
-        checkout=checkout(),
+        checkout=a.checkout or checkout(),
         date=datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
         command=" ".join(["python -m bench.gpu_report", *map(shlex.quote, given)]),
         wall_s=time.monotonic() - started,

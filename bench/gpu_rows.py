@@ -100,7 +100,7 @@ def dry(
     ngpu: int,
     scheme: str,
     timeout_s: int,
-    steps: int = 6,
+    steps: int = 10,
     extra: tuple[str, ...] = (),
     label: str = "",
 ) -> TrainRow:

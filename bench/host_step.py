@@ -206,7 +206,10 @@ def _d2h_copies(events) -> int:
 
 def run_child(scheme: str, steps: int, profile_step: int, log_freq: int, extra: list[str]) -> dict:
     os.environ.update(DRY_RUN="1", NGPU="16", RANK="0", LOCAL_RANK="0", WORLD_SIZE="16")
-    from boost.training.model.args import FLAVORS, Flavor
+    try:  # a --baseline checkout from before boost/ was grouped (9967d6a) has the flavors here
+        from boost.model.args import FLAVORS, Flavor
+    except ModuleNotFoundError:
+        from boost.training.model.args import FLAVORS, Flavor
 
     FLAVORS[FLAVOR] = Flavor(256, FLAVORS["7B"].n_layers, 8, 8, 704, "debug widths at the 7B's depth")
     import torch
@@ -275,7 +278,7 @@ def measure(tree: Path, scheme: str, steps: int, profile_step: int, log_freq: in
     """One scheme in a fresh process, ``tree``'s code and configs (this script runs there by its path)."""
     env = dict(
         os.environ,
-        PYTHONPATH=str(tree),
+        PYTHONPATH=os.pathsep.join(p for p in (str(tree), os.environ.get("PYTHONPATH")) if p),
         OMP_NUM_THREADS="1",
         TORCHINDUCTOR_CACHE_DIR=os.environ.get("TORCHINDUCTOR_CACHE_DIR", "/tmp/inductor-host-step"),
     )
