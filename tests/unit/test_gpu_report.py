@@ -190,7 +190,7 @@ def test_dry_check_lists_every_row_and_its_command(capsys):
     for config, ngpu in (("3B", 8), ("7B", 16)):
         for scheme in ("btp", "vanilla", "megatron"):
             assert f"rank dry run: {config}@{ngpu} {scheme}" in out
-    assert "NGPU=16 CONFIG_FILE=train_configs/30B.toml DRY_RUN=1 ./run_train.sh --training.steps 6" in out
+    assert "NGPU=16 CONFIG_FILE=train_configs/30B.toml DRY_RUN=1 ./run_train.sh --training.steps 10 " in out
     assert "NGPU=1 CONFIG_FILE=train_configs/1B.toml ./run_train.sh --training.steps 12" in out
     assert "--boost.linear full --boost.tp_scheme megatron" in out
     assert "python -m bench.kernel_split --linear cola --warmup 3 --timed 5 --profiled 2" in out

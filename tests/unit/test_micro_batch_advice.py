@@ -67,30 +67,31 @@ def test_memory_model_is_at_or_just_over_the_measured_h100_peaks(row):
     assert 0.99 * measured <= predicted / GIB <= 1.10 * measured
 
 
-def test_memory_model_holds_every_gathered_layer_under_reshard_never_and_is_over_the_measured_peak():
-    """7B@16 btp with ``fsdp_reshard_after_forward = "never"`` (the shipped TOML's) reserved 16.32 GiB on the
-    H100 (bench/results/gpu.md), 0.21 more than "default": the model counts every layer's gathered bf16
-    weights, which the caching allocator's reserve partly absorbed there; over is the safe side."""
+# The same with fsdp_reshard_after_forward = "never" (the 1B, 3B and 7B TOMLs'), one H100 report
+# (bench/results/gpu.md, 2026-11-26 10:43): every layer's gathered weights held from forward to backward.
+H100_PEAKS_NO_RESHARD = [
+    ("7B", "btp", "cola", 4, 4, "lowrank", 4, 16.19),
+    ("7B", "btp", "cola", 4, 4, "lowrank", 20, 66.72),
+    ("7B", "vanilla", "cola", 4, 4, "full", 4, 17.27),
+    ("3B", "btp", "cola", 2, 4, "lowrank", 4, 16.28),
+    ("3B", "megatron", "full", 2, 4, "full", 4, 19.46),
+]
 
-    def peak(reshard: bool) -> dict:
+
+@pytest.mark.parametrize("row", H100_PEAKS_NO_RESHARD, ids=lambda r: f"{r[0]}-{r[1]}-b{r[6]}")
+def test_memory_model_without_reshard_is_at_or_just_over_the_measured_h100_peaks(row):
+    flavor, scheme, linear, tp, dp, ac, micro_batch, measured = row
+
+    def peak(reshard: bool) -> float:
         return memory_per_gpu(
-            "7B", "btp", 4, 1, 4, "lowrank", micro_batch=4, seq_len=4096, num_microbatches=1,
-            compiled=True, workspace_bytes=0, reshard_after_forward=reshard, breakdown=True,
+            flavor, scheme, tp, 1, dp, ac, micro_batch=micro_batch, seq_len=4096, num_microbatches=1,
+            linear=linear, compiled=True, workspace_bytes=0, reshard_after_forward=reshard,
         )  # fmt: skip
 
-    never, default = peak(False), peak(True)
-    weights = sum(p.numel() for p in _model_params("7B")) * 2 / 4  # bf16, tp 4
-    assert never["unsharded"] > default["unsharded"] + 0.9 * weights - 2 * weights / 32
-    assert 16.32 <= never["total"] / GIB <= 1.10 * 16.32
-
-
-def _model_params(flavor: str):
-    import torch
-
-    from boost import ModelArgs, Transformer
-
-    with torch.device("meta"):
-        return list(Transformer(ModelArgs.from_flavor(flavor, linear="cola", vocab_size=32000)).parameters())
+    # over by up to 7.8% (7B vanilla): the model holds every layer's bf16 weights, which the caching
+    # allocator's reserve absorbed in part (7B@16 btp b 4: 16.19 GiB never, 16.36 default, same report)
+    assert 0.99 * measured <= peak(False) / GIB <= 1.10 * measured
+    assert peak(False) > peak(True)
 
 
 def test_memory_model_grows_with_the_micro_batch_as_measured():
