@@ -81,7 +81,9 @@ def train_values(row: TrainRow, log: str, samples: list[tuple[float, float]], bu
         busy=busy,
         busy_note=busy_error or ("" if busy else "no sample in the window"),
         startup=train_log.startup_line(log) or "",
-        steps=f"{row.steps} (steady {row.steady_from}–{row.steps})",
+        steps=f"{row.steps} (steady {row.steady_from}–{row.steps})"
+        if done[-1].step == row.steps
+        else f"{done[-1].step} of {row.steps} (steady {row.steady_from}–{done[-1].step})",
     )
 
 
@@ -143,7 +145,13 @@ def measure(
                 row, "timed out", seconds, f"after {timeout_s:.0f} s; {train_log.last_error_line(log)}"
             )
         if code != 0:
-            return Result(row, "failed", seconds, f"exit {code}: {train_log.last_error_line(log)}")
+            failed = Result(row, "failed", seconds, f"exit {code}: {train_log.last_error_line(log)}")
+            if isinstance(row, TrainRow):  # the steady steps it logged before it failed, marked as such
+                try:
+                    failed.values = train_values(row, log, sampler.samples, sampler.error)
+                except ValueError:
+                    pass
+            return failed
         try:
             if isinstance(row, TrainRow):
                 values = train_values(row, log, sampler.samples, sampler.error)

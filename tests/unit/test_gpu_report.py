@@ -8,6 +8,8 @@ is ``NGPU=1 CONFIG_FILE=train_configs/debug.toml ./run_train.sh --training.steps
 ``DRY_RUN=1 NGPU=8 --parallelism.tensor_parallel_degree 2 --parallelism.pipeline_parallel_degree 2
 --training.local_batch_size 4 --training.seq_len 128 --compile.no-enable``; ``refused_7B_tp3.log`` a
 preflight refusal; ``crash_no_module_ngpu1.log`` a rank that cannot start (``TRAIN_FILE`` naming no module).
+``h100_7B_16_btp.log`` and ``h100_7B_16_megatron_nan_step8.log`` are two rows of the H100 report
+(bench/results/gpu.md, ``--keep-logs``): the second stopped at step 8 of 10 on a NaN gradient.
 """
 
 from __future__ import annotations
@@ -174,6 +176,27 @@ def test_a_rows_figures_and_busy_window_from_a_real_log():
         in text
     )
     assert "| 7B@16 megatron | **failed**: exit 1: torch.OutOfMemoryError: CUDA out of memory \\| x |" in text
+
+
+def test_a_failed_row_keeps_the_steady_steps_it_logged_marked_as_failed():
+    """The H100's 7B@16 megatron row stopped at step 8 of 10 (non-finite guard): its steps 3–8 still give
+    its figures, the table marks the row failed, and the goal ratio says it came from a failed row."""
+    rows = {r.name: r for r in ROWS}
+    btp_log = (DATA / "logs" / "h100_7B_16_btp.log").read_text()
+    megatron_log = (DATA / "logs" / "h100_7B_16_megatron_nan_step8.log").read_text()
+    btp = Result(rows["7B@16 btp"], "ok", 39.0, values=train_values(rows["7B@16 btp"], btp_log, [], None))
+    megatron = Result(rows["7B@16 megatron"], "failed", 28.0, train_log.last_error_line(megatron_log))
+    megatron.values = train_values(rows["7B@16 megatron"], megatron_log, [], None)
+    assert megatron.values["steps"] == "8 of 10 (steady 3–8)"
+    assert megatron.values["tps"] == statistics.median([9040, 9173, 8782, 9268, 8935, 9095])
+    text = render([btp, megatron], "H100", "x", "today", "cmd", 1, "cache")
+    assert (
+        "| 7B@16 megatron (**failed**: [rank0]: torchtitan_ext.guards.nonfinite_guard.NonFiniteLossError"
+        in text
+    )
+    assert "| 8 of 10 (steady 3–8) | 9,068 (8,782–9,268) |" in text
+    ratio = btp.values["tps"] / megatron.values["tps"]
+    assert f"| ≥ 1.6× | {ratio:.2f}× (a row failed: from the steps it logged) |" in text
 
 
 def test_without_a_gpu_it_refuses_in_one_line(capsys):
