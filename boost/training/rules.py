@@ -188,6 +188,7 @@ AC_MODES = ("none", "full", "lowrank")
 DEFAULT_RANK_RATIO = 0.25  # the reference paper's r = d/4
 
 MODEL_NAME = "boost_llama"
+"""The name BOOST's models go by: torchtitan's train spec (``model.name``) and the Hugging Face ``model_type``."""
 
 # torchtitan's ``parallelism.fsdp_reshard_after_forward``: whether FSDP frees a block's gathered weights
 # after its forward (and gathers them again for its backward). "never" keeps every block's weights
@@ -198,13 +199,16 @@ RESHARD_POLICIES = ("default", "always", "never")
 
 def reshards_after_forward(policy: str, pp_enabled: bool) -> bool:
     """Whether ``policy`` frees the blocks' gathered weights after their forward ("default": not under
-    PP, whose schedule runs each stage's forward many times before its backward)."""
+    PP, whose schedule runs each stage's forward many times before its backward).
+
+    Example::
+
+        >>> reshards_after_forward("default", pp_enabled=False), reshards_after_forward("never", pp_enabled=False)
+        (True, False)
+    """
     if policy not in RESHARD_POLICIES:
         raise ValueError(f"fsdp_reshard_after_forward = {policy!r} is not one of {RESHARD_POLICIES}")
     return policy == "always" or (policy == "default" and not pp_enabled)
-
-
-"""The name BOOST's models go by: torchtitan's train spec (``model.name``) and the Hugging Face ``model_type``."""
 
 
 def data_parallel_degree(
