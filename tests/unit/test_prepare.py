@@ -208,15 +208,27 @@ def test_ctrl_c_says_one_line_and_a_rerun_finishes_the_same_bytes(tmp_path, toke
     hold = tmp_path / "hold"
     os.mkfifo(hold)
     env = dict(os.environ, **{HOLD_ENV: str(hold)})
-    process = subprocess.Popen(
-        command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    held = _open_once_read(hold, process)
+    # A terminal's Ctrl-C reaches a prepare whose SIGINT is at its default. A runner started as a
+    # background job of a script (`cmd &`) ignores SIGINT, and an ignored signal stays ignored across
+    # exec: the prepare would never hear it. Python's own handler here is reset to the default in the child.
+    runner_sigint = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        process.send_signal(signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=600)  # a hang guard: the stop takes a second
+        process = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
     finally:
-        os.close(held)
+        signal.signal(signal.SIGINT, runner_sigint)
+    try:
+        held = _open_once_read(hold, process)
+        try:
+            process.send_signal(signal.SIGINT)
+            stdout, stderr = process.communicate(timeout=600)  # a hang guard: the stop takes a second
+        finally:
+            os.close(held)
+    finally:
+        if process.poll() is None:  # a failed guard leaves no prepare (nor its worker) behind
+            process.kill()
+            process.wait()
     assert (process.returncode, stdout) == (130, "")
     assert (
         stderr
