@@ -121,7 +121,8 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # the TOMLs' fsdp_reshard_after_forward = "never" measured the other way, for both schemes
     dry("7B", 16, "btp", 150, extra=RESHARD_DEFAULT, label="reshard default"),
     dry("7B", 16, "megatron", 150, extra=RESHARD_DEFAULT, label="reshard default"),
-    # the planner's micro-batch for 7B@16 on 80 GB (train_configs/7B.toml's header): its peak and tokens/s
+    # the planner's micro-batch for 7B@16 on 80 GB (layout_planner --config train_configs/7B.toml --gpus 16
+    # --memory-gib 80): its measured peak against the model's, and its tokens/s
     dry("7B", 16, "btp", 150, extra=("--training.local_batch_size", "20"), label="b 20"),
     dry("7B", 16, "vanilla", 150),
     dry("3B", 8, "btp", 150),
