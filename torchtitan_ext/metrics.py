@@ -39,6 +39,7 @@ class BoostMetricsProcessor(MetricsProcessor):
         self._enabled = job_config.boost.log_comm
         self._checkpoint = job_config.checkpoint
         self._last_step = job_config.training.steps
+        self._dry_run = job_config.comm.mode == "fake_backend"
         self._steps_run = 0
         self._count_this_step = False
         self.last_comm: dict[str, Any] | None = None
@@ -128,7 +129,7 @@ class BoostMetricsProcessor(MetricsProcessor):
                 f"comm/step: {self.last_comm['summary']}, host syncs {self.last_comm['host_syncs']} "
                 "(rank 0, one step from its first forward to the optimizer step)"
             )
-        refuse_non_finite(step, grad_norm)
+        refuse_non_finite(step, grad_norm, dry_run=self._dry_run)
 
 
 def build_boost_metrics_processor(job_config, parallel_dims, model_args=None, tag: str | None = None):

@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 
 from tests.end_to_end.default_run import DEFAULT_RUN, DEFAULT_STEPS
-from tests.trainer import train, train_ranks
+from tests.trainer import ROOT, SMALL, train, train_ranks
 
 COMMON = ["--validation.no-enable", "--lr_scheduler.total_steps", "20", "--lr_scheduler.warmup_steps", "5"]
 
@@ -100,6 +102,24 @@ def test_non_finite_loss_stops_with_the_step_and_keeps_good_checkpoints(tmp_path
     assert codes[0] != 0, logs[0][-3000:]
     match = re.search(r"non-finite loss/gradients at step (\d+)", logs[0])
     assert match, logs[0][-4000:]
+    assert "this is a dry run" not in logs[0]
     bad_step = int(match.group(1))
     saved = sorted(int(p.name.split("-")[1]) for p in (tmp_path / "out" / "checkpoint").glob("step-*"))
     assert saved and max(saved) == bad_step - 1  # the failed step saved nothing
+
+
+@pytest.mark.slow
+def test_a_dry_run_that_goes_non_finite_says_its_numbers_are_not_a_models(tmp_path):
+    """A dry run's collectives hand each rank its own data back: its gradients can overflow where the
+    model's would not (the dense 7B@16 on the H100 at step 8). The guard still stops it, and says so."""
+    env = dict(os.environ, DRY_RUN="1", NGPU="4", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path / "cache"))
+    overrides = ["--optimizer.lr", "1e30", "--lr_scheduler.warmup_steps", "1", "--training.max_norm", "1e30"]
+    proc = subprocess.run(
+        ["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), "--training.steps", "30", *SMALL, *overrides],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert re.search(
+        r"non-finite loss/gradients at step \d+ .*; this is a dry run \(comm.mode = fake_backend\)", out
+    ), out[-3000:]

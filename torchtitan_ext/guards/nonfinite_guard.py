@@ -15,11 +15,24 @@ class NonFiniteLossError(RuntimeError):
     pass
 
 
-def refuse_non_finite(step: int, grad_norm: float) -> None:
-    """Raise on every rank if step ``step``'s global gradient norm is NaN or inf."""
+# A dry run (comm.mode = "fake_backend") computes on numbers no model would: each collective hands a
+# rank its own data back instead of the sum over ranks. Megatron's row-parallel outputs and loss-parallel
+# statistics are then one rank's share, and the dense 7B's gradient grew ~300x a block in backward until
+# it overflowed at step 6-8 (bench/results/gpu.md); the same layout on real ranks trains on.
+DRY_RUN_NOTE = (
+    "; this is a dry run (comm.mode = fake_backend), whose collectives return each rank's own data "
+    "instead of the sum over ranks: its losses and gradients are not the model's and can overflow "
+    "after a few steps, while its memory and step times up to here stand (run fewer --training.steps)"
+)
+
+
+def refuse_non_finite(step: int, grad_norm: float, dry_run: bool = False) -> None:
+    """Raise on every rank if step ``step``'s global gradient norm is NaN or inf; ``dry_run``: the run is
+    on torchtitan's fake process group, and the message says what that means for its numbers."""
     if math.isfinite(grad_norm):
         return
-    raise NonFiniteLossError(
+    message = (
         f"non-finite loss/gradients at step {step} (grad norm {grad_norm}): stopped before its checkpoint; "
         "the last checkpoint on disk is the last good one (lower optimizer.lr or check the data)"
     )
+    raise NonFiniteLossError(message + (DRY_RUN_NOTE if dry_run else ""))
