@@ -90,20 +90,20 @@ def _kernel_table(results: list[Result]) -> list[str]:
 
 
 def _goal_rows(results: list[Result]) -> list[str]:
-    ok = {r.row.name: r.values for r in results if r.values and r.row.section != "kernel split"}
+    measured_rows = {r.row.name: r.values for r in results if r.values and r.row.section != "kernel split"}
     partial = {r.row.name for r in results if r.values and r.status != "ok"}
     lines = ["| goal (issue 33) | target | measured |", "|---|---|---|"]
     for what, rows, how, target in GOALS:
         names = rows if isinstance(rows, tuple) else (rows,)
-        if not all(n in ok for n in names):
+        if not all(n in measured_rows for n in names):
             measured = "row not measured"
         elif how == "busy":
-            busy = ok[names[0]]["busy"]
+            busy = measured_rows[names[0]]["busy"]
             measured = f"{100 * busy[0]:.0f}%" if busy else "n/a"
         elif how == "tps":
-            measured = f"{ok[names[0]]['tps']:,.0f}"
+            measured = f"{measured_rows[names[0]]['tps']:,.0f}"
         else:
-            measured = f"{ok[names[0]]['tps'] / ok[names[1]]['tps']:.2f}×"
+            measured = f"{measured_rows[names[0]]['tps'] / measured_rows[names[1]]['tps']:.2f}×"
         shown = (
             f"≥ {100 * target:.0f}%" if how == "busy" else f"≥ {target:,}" if how == "tps" else f"≥ {target}×"
         )
