@@ -38,6 +38,8 @@ SCHEMES = {
 }
 DENSE = ("--boost.linear", "full", "--boost.tp_scheme", "megatron")  # train_configs/1B.toml's header
 RESHARD_DEFAULT = ("--parallelism.fsdp_reshard_after_forward", "default")
+# FSDP's gathers and reductions traced into the compiled blocks (torchtitan's SimpleFSDP; no reshard policy)
+SIMPLE_FSDP = ("--boost.fsdp", "simple_fsdp", *RESHARD_DEFAULT)
 # Every run: one log line a step (the rows' tokens/s, memory, step times), no checkpoint or
 # validation (neither is the step's work; a 7B checkpoint shard is gigabytes of disk).
 COMMON = ("--metrics.log_freq", "1", "--checkpoint.no-enable", "--validation.no-enable")
@@ -118,6 +120,9 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # the measured procedure: 12 steps, steps 6–12 steady (the first ones compile and warm up)
     TrainRow("trainer", "1B CoLA", "1B", 1, (), 12, 6, 180),
     TrainRow("trainer", "1B dense", "1B", 1, DENSE, 12, 6, 180),
+    # boost.fsdp = "simple_fsdp" against the TOMLs' FSDP2 (issue 33: the host's per-parameter FSDP work)
+    dry("7B", 16, "btp", 150, extra=SIMPLE_FSDP, label="simple_fsdp"),
+    dry("7B", 16, "megatron", 150, extra=SIMPLE_FSDP, label="simple_fsdp"),
     # the TOMLs' fsdp_reshard_after_forward = "never" measured the other way, for both schemes
     dry("7B", 16, "btp", 150, extra=RESHARD_DEFAULT, label="reshard default"),
     dry("7B", 16, "megatron", 150, extra=RESHARD_DEFAULT, label="reshard default"),

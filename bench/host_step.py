@@ -2,13 +2,16 @@
 
     python -m bench.host_step                          # this checkout -> bench/results/host_step.md
     python -m bench.host_step --baseline /work/main    # another checkout beside it, interleaved
+    python -m bench.host_step --fsdp fully_shard simple_fsdp   # this checkout under both boost.fsdp
 
 The rank is the 7B TOML's as shipped (CoLA, compiled model and loss, bf16 via FSDP2, its AC, fused
 AdamW, grad-norm clipping, metrics) as rank 0 of 16 (``DRY_RUN=1``: torchtitan's fake process group,
 tp 4 × FSDP 4, every collective a no-op), with the widths cut to the debug flavor's (dim 256, ffn
 704, r 64, 8 heads, MHA as the 7B) at the 7B's 32 layers, sequence 16, micro-batch 1, a 2048-token
-vocabulary. A step's compute is then negligible, so its wall time on a CPU is the host's time to
-issue it — what a GPU step of the same rank waits for when the host is the bottleneck. Per scheme (the
+vocabulary. A step's arithmetic is then small, so its wall time on a CPU is mostly the host's time to
+issue it — what a GPU step of the same rank waits for when the host is the bottleneck — plus the
+compiled graphs' own kernels, which a CPU runs itself (at these widths mostly per-kernel fixed costs:
+the ``graph bodies`` column). Per scheme (the
 TOML's btp; vanilla and megatron with ``bench.rank_dry_run``'s overrides), one fresh process runs the
 real trainer (``torchtitan_ext.train.BoostTrainer``) and reports:
 
@@ -37,6 +40,13 @@ real trainer (``torchtitan_ext.train.BoostTrainer``) and reports:
   its kernel, which CUDA's does on the device: not a sync on a GPU, not counted), and device-to-host
   copies (none on a CPU; ``Memcpy DtoH`` where a GPU runs it).
 
+``graph bodies``: the profiled step's time inside the inductor graphs' own runs (``## Call CompiledFxGraph``
+events): on a CPU the graphs' kernels run there, at these widths mostly fixed costs per kernel;
+``step − bodies``: the step's median less that, the time outside the graphs (Python, the dispatcher,
+FSDP's hooks, the optimizer): the host's share that no GPU takes over.
+
+``--fsdp fully_shard simple_fsdp`` runs this checkout's schemes under each ``boost.fsdp`` (a row
+each; SimpleFSDP with the reshard policy "default" it needs); a baseline runs its own default.
 ``--baseline DIR`` runs each scheme in DIR too (``PYTHONPATH=DIR``, DIR's ``train_configs``), alternating
 with this checkout, so both sit in one run of the machine; the table gives the ratios. ``--reps N``
 runs each N times, interleaved: the times are the medians over the runs (the counts repeat).
@@ -70,9 +80,16 @@ SCHEME_OVERRIDES = {
         "--boost.linear", "full", "--boost.tp_scheme", "megatron", "--boost.activation_checkpoint", "full",
     ],
 }  # fmt: skip
+# boost.fsdp of this checkout's runs (a baseline runs its own default): torch's FSDP2, or torchtitan's
+# SimpleFSDP traced into the compiled blocks (which keeps no reshard policy: "default")
+FSDP_OVERRIDES = {
+    "fully_shard": [],
+    "simple_fsdp": ["--boost.fsdp", "simple_fsdp", "--parallelism.fsdp_reshard_after_forward", "default"],
+}
 COMPILED_FORWARD = "CompiledFunction"
 COMPILED_BACKWARD = "CompiledFunctionBackward"
 COMPILED_REGION = "Torch-Compiled Region"
+GRAPH_BODY = "## Call CompiledFxGraph"  # an inductor graph's own run, inside its compiled region
 
 
 def child_argv(scheme: str, steps: int, dump: str, log_freq: int, extra: list[str]) -> list[str]:
@@ -147,9 +164,12 @@ def count_events(events) -> dict:
     """Dispatches outside compiled graphs, compiled-graph calls and host syncs among profiler events."""
     known: dict[str, bool] = {}
     dispatches = top_level = syncs = forward = backward = regions_without_forward = 0
+    graph_us = 0.0
     by_op: dict[str, int] = {}
     for e in events:
         name = e.name
+        if name.startswith(GRAPH_BODY):
+            graph_us += e.time_range.elapsed_us()
         if name.startswith(COMPILED_BACKWARD):
             backward += 1
         elif name.startswith(COMPILED_FORWARD):
@@ -173,6 +193,7 @@ def count_events(events) -> dict:
         graphs_bwd=backward,
         graphs_other=regions_without_forward,
         syncs=syncs,
+        graph_ms=graph_us / 1e3,
         top_ops=top,
     )
 
@@ -301,15 +322,19 @@ def _cell(r: dict, base: dict | None, key: str, fmt: str) -> str:
 def table(rows: list[tuple[str, dict]], ratios_to: dict[str, dict] | None) -> list[str]:
     """Rows of the markdown table; beside a checkout's row, each figure as before/after (``ratios_to``)."""
     head = (
-        "| checkout | scheme | step ms | step in tiny ops | dispatches | top-level dispatches"
-        " | graph calls (fwd/bwd/other) | host syncs |"
+        "| checkout | scheme | step ms | step in tiny ops | graph bodies ms | step − bodies ms | dispatches"
+        " | top-level dispatches | graph calls (fwd/bwd/other) | host syncs |"
     )
-    out = [head, "|---|---|---|---|---|---|---|---|"]
+    out = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for label, r in rows:
         base = (ratios_to or {}).get(r["scheme"])
         base = base if base is not r else None
+        r = dict(r, outside_ms=r["step_ms"] - r["graph_ms"])
+        if base is not None:
+            base = dict(base, outside_ms=base["step_ms"] - base["graph_ms"])
         out.append(
             f"| {label} | {r['scheme']} | {_cell(r, base, 'step_ms', '.0f')} | {_cell(r, base, 'ops', ',.0f')} | "
+            f"{r['graph_ms']:.0f} | {_cell(r, base, 'outside_ms', '.0f')} | "
             f"{_cell(r, base, 'dispatches', ',')} | {_cell(r, base, 'top_level', ',')} | "
             f"{r['graphs']} ({r['graphs_fwd']}/{r['graphs_bwd']}/{r['graphs_other']}) | {r['syncs']} |"
         )
@@ -323,6 +348,13 @@ def main() -> None:
         "--baseline", type=Path, help="another checkout measured beside this one (e.g. /work/main)"
     )
     p.add_argument("--reps", type=int, default=1, help="fresh processes per checkout and scheme, interleaved")
+    p.add_argument(
+        "--fsdp",
+        nargs="+",
+        default=["fully_shard"],
+        choices=list(FSDP_OVERRIDES),
+        help="boost.fsdp of this checkout's runs, a row each (a baseline runs its own default)",
+    )
     p.add_argument("--steps", type=int, default=11, help="steps per run (1: compile, 2: counted eagerly)")
     p.add_argument("--profile-step", type=int, default=7, help="the ordinary step profiled (not timed)")
     p.add_argument("--log-freq", type=int, default=10, help="metrics.log_freq (the 7B TOML's 10)")
@@ -335,39 +367,46 @@ def main() -> None:
         result = run_child(a.child, a.steps, a.profile_step, a.log_freq, a.overrides)
         print("HOST_STEP " + json.dumps(result), flush=True)
         return
-    trees = ([a.baseline.resolve()] if a.baseline else []) + [ROOT]
+    # the runs of one scheme: (label, tree, overrides); a baseline first, in its own default
+    runners = [(_label(a.baseline.resolve()), a.baseline.resolve(), [])] if a.baseline else []
+    runners += [
+        (_label(ROOT) + ("" if fsdp == "fully_shard" else f" {fsdp}"), ROOT, FSDP_OVERRIDES[fsdp])
+        for fsdp in a.fsdp
+    ]
     rows: list[tuple[str, dict]] = []
-    by_tree: dict[Path, dict[str, dict]] = {t: {} for t in trees}
+    first: dict[str, dict] = {}  # per scheme, the first runner's row: the ratios' base
     for scheme in a.schemes:
-        runs: dict[Path, list[dict]] = {t: [] for t in trees}
+        runs: dict[str, list[dict]] = {label: [] for label, _, _ in runners}
         for _ in range(a.reps):
-            for tree in trees:
-                r = measure(tree, scheme, a.steps, a.profile_step, a.log_freq, a.overrides)
-                runs[tree].append(r)
+            for label, tree, fsdp_overrides in runners:
+                r = measure(
+                    tree, scheme, a.steps, a.profile_step, a.log_freq, [*fsdp_overrides, *a.overrides]
+                )
+                runs[label].append(r)
                 print(
-                    f"{_label(tree)} {scheme}: {r['step_ms']:.0f} ms, {r['ops']:,.0f} tiny ops, {r['dispatches']:,} "
+                    f"{label} {scheme}: {r['step_ms']:.0f} ms, {r['ops']:,.0f} tiny ops, {r['dispatches']:,} "
                     f"dispatches ({r['top_level']:,} top-level), {r['graphs']} graphs, {r['syncs']} syncs "
                     f"(tiny op {r['tiny_us']:.2f} µs; steady {r['steady_ms']})",
                     flush=True,
                 )
                 if a.top:
                     print("   ", r["top_ops"], flush=True)
-        for tree in trees:
+        for label, _, _ in runners:
             # counts repeat run to run; times are the median over the runs
-            r = dict(runs[tree][-1])
-            r["step_ms"] = statistics.median(x["step_ms"] for x in runs[tree])
-            r["ops"] = statistics.median(x["ops"] for x in runs[tree])
-            by_tree[tree][scheme] = r
-            rows.append((_label(tree), r))
-    rows.sort(key=lambda lr: (SCHEMES.index(lr[1]["scheme"]), lr[0] != _label(trees[0])))
+            r = dict(runs[label][-1])
+            r["step_ms"] = statistics.median(x["step_ms"] for x in runs[label])
+            r["ops"] = statistics.median(x["ops"] for x in runs[label])
+            first.setdefault(scheme, r)
+            rows.append((label, r))
     lines = [
-        f"## {datetime.date.today()}: {', '.join(_label(t) for t in trees)}",
+        f"## {datetime.date.today()}: {', '.join(label for label, _, _ in runners)}",
         "",
         f"`python -m bench.host_step --reps {a.reps}"
         + (f" --baseline {a.baseline}" if a.baseline else "")
+        + (f" --fsdp {' '.join(a.fsdp)}" if a.fsdp != ["fully_shard"] else "")
         + (f" -- {' '.join(a.overrides)}`" if a.overrides else "`"),
         "",
-        *table(rows, by_tree[trees[0]] if a.baseline else None),
+        *table(rows, first if len(runners) > 1 else None),
         "",
     ]
     print("\n".join(lines))

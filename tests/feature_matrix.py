@@ -62,11 +62,13 @@ class Row:
     ac: str
     layout: str
     precision: str = "float32"  # training.mixed_precision_param; the reference is always float32
+    fsdp: str = "fully_shard"  # boost.fsdp, where FSDP wraps
 
     @property
     def name(self) -> str:
         name = f"{self.scheme}-{'compiled' if self.compiled else 'eager'}-ac_{self.ac}-{self.layout}"
-        return name if self.precision == "float32" else f"{name}-{self.precision}"
+        name = name if self.precision == "float32" else f"{name}-{self.precision}"
+        return name if self.fsdp == "fully_shard" else f"{name}-{self.fsdp}"
 
     @property
     def reference(self) -> str:
@@ -78,6 +80,8 @@ class Row:
             args += ["--compile.enable", "--compile.backend", "aot_eager"]
         if self.precision != "float32":
             args += ["--training.mixed_precision_param", self.precision]
+        if self.fsdp != "fully_shard":
+            args += ["--boost.fsdp", self.fsdp]
         return args
 
 
@@ -97,6 +101,9 @@ SUPPORTED: list[Row] = [
     Row("megatron", False, "none", "tp", "bfloat16"),
     Row("vanilla", False, "none", "tp", "bfloat16"),
     Row("btp", False, "none", "pp×tp", "bfloat16"),  # stages exchange bf16 activations (13B, 30B as shipped)
+    # FSDP's gathers and reductions traced into the compiled blocks (SimpleFSDP)
+    Row("btp", True, "lowrank", "fsdp×tp", fsdp="simple_fsdp"),
+    Row("megatron", True, "full", "fsdp×tp", "bfloat16", fsdp="simple_fsdp"),
 ]
 
 # Refused before any process starts: (processes, overrides, a phrase the refusal must contain).
@@ -121,4 +128,5 @@ REFUSED: list[tuple[int, tuple[str, ...], str]] = [
     (2, (*LAYOUTS["tp"][1], "--boost.no-group-linears"), "boost.norm"),  # online needs one reader per norm
     (2, (*LAYOUTS["tp"][1], "--boost.tp_scheme", "vanilla", "--boost.norm", "sync"), "boost.group_linears"),
     (4, (*LAYOUTS["pp×tp"][1], "--boost.linear", "lax"), "parallelism.pipeline_parallel_degree"),
+    (4, (*LAYOUTS["fsdp×tp"][1], "--boost.fsdp", "simple_fsdp"), "boost.fsdp"),  # not compiled
 ]

@@ -18,6 +18,11 @@ Called here (wrappers, so the rest of BOOST names no private attribute):
   under TP/PP (``torchtitan_ext.infra.parallelize``); the size-1 dims exist, unflattened from the same
   root as ``tp``, and FSDP2 communicates nothing over a group of one.
 
+- ``torchtitan.experiments.simple_fsdp.simple_fsdp._distribute_dtensor``: a tensor-parallel DTensor
+  parameter sharded further over the data-parallel mesh as SimpleFSDP lays it out (the 2-D spec,
+  ``_StridedShard`` where both split one dim). torchtitan's public ``data_parallel`` calls it for a
+  whole model with one shard dim and one class per module; BOOST wraps per parameter
+  (``torchtitan_ext.infra.simple_fsdp``).
 - ``torchtitan.components.validate.build_text_validation_dataloader``, the module global through which
   ``Validator.__init__`` builds its loader (it takes neither a loader nor a builder): for the span of
   ``validators_built_with``, BOOST's builder, so the validator reads BOOST's held-out loaders (the
@@ -112,3 +117,14 @@ def validators_built_with(build_loader: Callable[..., Any]) -> Iterator[None]:
         yield
     finally:
         validate.build_text_validation_dataloader = original
+
+
+def distribute_tensor_parallel_parameter(param, dp_mesh, placements: tuple):
+    """A tensor-parallel DTensor parameter sharded further over ``dp_mesh`` (SimpleFSDP's FSDP × TP
+    layout: a 2-D DTensor on the data-parallel and tensor-parallel dims, ``_StridedShard`` where both
+    split one dim). torchtitan's SimpleFSDP keeps this step in its private ``_distribute_dtensor``,
+    which its public ``data_parallel`` calls for every module at once with one shard dim; BOOST picks a
+    dim per parameter (``torchtitan_ext.infra.simple_fsdp``)."""
+    from torchtitan.experiments.simple_fsdp.simple_fsdp import _distribute_dtensor
+
+    return _distribute_dtensor(param, dp_mesh, placements)

@@ -37,6 +37,12 @@ class BoostOptions:
     sequence_parallel: bool = False
     """megatron scheme only: shard norms and residual on the sequence dim (torchtitan's plan)."""
 
+    fsdp: str = "fully_shard"
+    """How FSDP shards the model where it does (data_parallel_shard_degree > 1, or bf16 under TP/PP):
+    fully_shard (torch's FSDP2: gathers and reductions from Python hooks around each block) |
+    simple_fsdp (torchtitan's SimpleFSDP: both traced into each compiled block's graphs, for a host
+    that issues less; needs compile, no PP, HSDP, CPU offload or LORO, reshard policy "default")."""
+
     activation_checkpoint: str = "none"
     """none | full (torchtitan's whole-block AC) | lowrank (keep r-wide latents, recompute the rest)."""
 

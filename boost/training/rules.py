@@ -211,6 +211,53 @@ def reshards_after_forward(policy: str, pp_enabled: bool) -> bool:
     return policy == "always" or (policy == "default" and not pp_enabled)
 
 
+# ``boost.fsdp``: torch's FSDP2 (``fully_shard``) or torchtitan's SimpleFSDP, traced into compiled blocks
+FSDP_IMPLS = ("fully_shard", "simple_fsdp")
+
+
+def simple_fsdp_problem(
+    fsdp: str,
+    *,
+    compiled: bool,
+    pp: int,
+    dp_replicate: int,
+    cpu_offload: bool,
+    reshard_policy: str,
+    optimizer: str,
+) -> str | None:
+    """What ``boost.fsdp = "simple_fsdp"`` needs that the job lacks, or ``None`` (also for ``fully_shard``).
+
+    Example::
+
+        >>> simple_fsdp_problem("simple_fsdp", compiled=False, pp=1, dp_replicate=1, cpu_offload=False,
+        ...                     reshard_policy="default", optimizer="AdamW")[:48]
+        'SimpleFSDP gathers each weight where it is read:'
+    """
+    if fsdp != "simple_fsdp":
+        return None
+    if not compiled:
+        return (
+            "SimpleFSDP gathers each weight where it is read: uncompiled, that is one collective per "
+            'weight and read; set compile.enable with "model" in compile.components, or boost.fsdp = "fully_shard"'
+        )
+    refused = {
+        "parallelism.pipeline_parallel_degree > 1": pp > 1,
+        "parallelism.data_parallel_replicate_degree > 1 (HSDP)": dp_replicate > 1,
+        "training.enable_cpu_offload": cpu_offload,
+        'optimizer.name = "LORO"': optimizer == "LORO",
+    }
+    for what, present in refused.items():
+        if present:
+            return f'SimpleFSDP is not built for {what} here: use boost.fsdp = "fully_shard"'
+    if reshard_policy != "default":
+        return (
+            f"parallelism.fsdp_reshard_after_forward = {reshard_policy!r} is FSDP2's; SimpleFSDP's compiled "
+            'blocks decide what they keep: set it to "default" (--parallelism.fsdp_reshard_after_forward '
+            'default), or boost.fsdp = "fully_shard"'
+        )
+    return None
+
+
 def data_parallel_degree(
     world_size: int, *, tp: int, pp: int, cp: int, dp_replicate: int, dp_shard: int
 ) -> int:

@@ -104,7 +104,7 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_pat
     if row.ac == "lowrank":
         assert "Applied low-rank activation checkpointing" in log
     if row.layout == "fsdp×tp":
-        assert "Applied FSDP to the model" in log
+        assert ("Applied FSDP to the model" if row.fsdp == "fully_shard" else "Applied SimpleFSDP") in log
     if row.layout == "pp×tp":
         # the per-token loss scaling under PP (torchtitan #2972): gradient norms like the unpipelined run's
         norms = [float(v) for v in re.findall(r"grad_norm:\s+([\d.]+)", log)]
@@ -128,7 +128,7 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_pat
     if row.precision != "float32":
         # it really computed in bf16: farther from the fp32 curve than fp32 layouts ever are
         assert any(abs(got[s] - want[s]) > RTOL * abs(want[s]) for s in want), (got, want)
-        assert "BOOST computes in bfloat16 (FSDP2" in log
+        assert f"BOOST computes in bfloat16 ({'FSDP2' if row.fsdp == 'fully_shard' else 'SimpleFSDP'}" in log
 
 
 @pytest.mark.parametrize(

@@ -74,3 +74,49 @@ def test_one_process_checkpoint_resumes_as_fsdp_and_fsdp_times_tp_on_one_curve(d
     fsdp = losses(fsdp_log)
     _close(losses(fsdp_tp), fsdp, 1e-5)
     assert fsdp[DEFAULT_STEPS + 1] < one[1] - 0.5, (one, fsdp)  # the trained weights, not a fresh model
+
+
+# fsdp=2 × tp=2, compiled (aot_eager: the CPU suite's compile backend), as SimpleFSDP needs
+COMPILED_FSDP_TP = [
+    "--parallelism.data_parallel_shard_degree",
+    "2",
+    "--parallelism.tensor_parallel_degree",
+    "2",
+    "--compile.enable",
+    "--compile.backend",
+    "aot_eager",
+]
+
+
+@pytest.mark.slow
+@pytest.mark.compat
+def test_simple_fsdp_resumes_and_hands_its_checkpoint_to_fsdp2_on_one_curve(default_run, tmp_path):
+    # The one-process checkpoint (step 10) resumed at fsdp=2 × tp=2 under SimpleFSDP and under FSDP2:
+    # DCP reshards it into either's 2-D DTensors, and both train on one curve. SimpleFSDP's own
+    # checkpoint (step 12, its data position at DP 2) resumed under FSDP2 continues FSDP2's curve.
+    for folder in ("simple", "fsdp2"):
+        shutil.copytree(default_run.tmp / "out" / "checkpoint", tmp_path / folder / "checkpoint")
+    simple_log = train(
+        tmp_path,
+        *DEFAULT_RUN,
+        *COMPILED_FSDP_TP,
+        "--boost.fsdp",
+        "simple_fsdp",
+        ngpu=4,
+        steps=DEFAULT_STEPS + 2,
+        folder="simple",
+    )
+    fsdp2 = losses(
+        train(tmp_path, *DEFAULT_RUN, *COMPILED_FSDP_TP, ngpu=4, steps=DEFAULT_STEPS + 3, folder="fsdp2")
+    )
+    assert "Applied SimpleFSDP" in simple_log and f"Training starts at step {DEFAULT_STEPS + 1}" in simple_log
+    _close(losses(simple_log), {s: fsdp2[s] for s in (DEFAULT_STEPS + 1, DEFAULT_STEPS + 2)}, 1e-5)
+    assert (tmp_path / "simple" / "checkpoint" / f"step-{DEFAULT_STEPS + 2}").is_dir()
+
+    shutil.copytree(tmp_path / "simple" / "checkpoint", tmp_path / "handed" / "checkpoint")
+    handed_log = train(
+        tmp_path, *DEFAULT_RUN, *COMPILED_FSDP_TP, ngpu=4, steps=DEFAULT_STEPS + 3, folder="handed"
+    )
+    assert "Applied FSDP to the model" in handed_log
+    assert f"Training starts at step {DEFAULT_STEPS + 3}" in handed_log
+    _close(losses(handed_log), {DEFAULT_STEPS + 3: fsdp2[DEFAULT_STEPS + 3]}, 1e-5)

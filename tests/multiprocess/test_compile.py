@@ -139,6 +139,7 @@ def _lowrank_body(rank: int, world_size: int) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.compat  # on torch 2.11, a no-op .to() in the online norm's forward froze γ and A (fp32)
 def test_compiled_lowrank_checkpointing_adds_no_collective_and_matches_eager():
     run_distributed(_lowrank_body, 2)
 

@@ -29,6 +29,23 @@ CASES = [
     (["--boost.norm", "layer"], 1, "boost.norm = 'layer': choose one of"),
     (["--boost.tp_scheme", "ring"], 1, "boost.tp_scheme = 'ring': choose one of"),
     (["--boost.activation_checkpoint", "selective"], 1, "boost.activation_checkpoint = 'selective'"),
+    (["--boost.fsdp", "hooks"], 1, "boost.fsdp = 'hooks': choose one of"),
+    (
+        ["--boost.fsdp", "simple_fsdp", "--compile.no-enable"],
+        1,
+        "boost.fsdp = 'simple_fsdp': SimpleFSDP gathers each weight where it is read",
+    ),
+    (
+        [
+            "--boost.fsdp",
+            "simple_fsdp",
+            "--compile.enable",
+            "--parallelism.fsdp_reshard_after_forward",
+            "never",
+        ],
+        1,
+        "parallelism.fsdp_reshard_after_forward = 'never' is FSDP2's",
+    ),
     (
         ["--parallelism.tensor_parallel_degree", "3", "--parallelism.data_parallel_shard_degree", "1"],
         3,

@@ -27,6 +27,7 @@ from torchtitan.tools.logging import logger
 
 import boost.training.parallel
 from boost.training.rules import reshards_after_forward
+from torchtitan_ext.infra.simple_fsdp import apply_simple_fsdp
 from torchtitan_ext.torchtitan_private import data_parallel_mesh
 
 
@@ -72,7 +73,15 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
     if compile_model:
         apply_compile(model, job_config.compile)
 
-    if fsdp_wraps(parallel_dims, job_config.training.mixed_precision_param):
+    if fsdp_wraps(parallel_dims, job_config.training.mixed_precision_param) and cfg.fsdp == "simple_fsdp":
+        apply_simple_fsdp(
+            model,
+            data_parallel_mesh(parallel_dims, ["fsdp"]),
+            param_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_param],
+            reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
+        )
+        logger.info("Applied SimpleFSDP to the model (gathers and reductions inside the compiled blocks)")
+    elif fsdp_wraps(parallel_dims, job_config.training.mixed_precision_param):
         names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
         apply_fsdp(
             model,
@@ -91,7 +100,7 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
         logger.info("Applied %s to the model", "HSDP" if parallel_dims.dp_replicate_enabled else "FSDP")
     elif parallel_dims.dp_replicate_enabled:
         apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
-    precision = compute_precision(parallel_dims, job_config.training.mixed_precision_param)
+    precision = compute_precision(parallel_dims, job_config.training.mixed_precision_param, cfg.fsdp)
     logger.info("BOOST computes in %s", precision)
     if not parallel_dims.fsdp_enabled and fsdp_for_precision(
         parallel_dims, job_config.training.mixed_precision_param
@@ -144,14 +153,18 @@ def fsdp_wraps(parallel_dims: ParallelDims, mixed_precision_param: str) -> bool:
     return parallel_dims.fsdp_enabled or fsdp_for_precision(parallel_dims, mixed_precision_param)
 
 
-def compute_precision(parallel_dims: ParallelDims, mixed_precision_param: str) -> str:
-    """The dtype a layout computes in and what casts to it, e.g. ``"bfloat16 (FSDP2, shard degree 1)"``."""
+def compute_precision(
+    parallel_dims: ParallelDims, mixed_precision_param: str, fsdp: str = "fully_shard"
+) -> str:
+    """The dtype a layout computes in and what casts to it, e.g. ``"bfloat16 (FSDP2, shard degree 1)"``
+    (``fsdp``: ``boost.fsdp``, which implementation casts)."""
     if mixed_precision_param == "float32":
         return "float32"
+    wrapper = "FSDP2" if fsdp == "fully_shard" else "SimpleFSDP"
     if parallel_dims.fsdp_enabled:
-        return f"{mixed_precision_param} (FSDP2)"
+        return f"{mixed_precision_param} ({wrapper})"
     if fsdp_for_precision(parallel_dims, mixed_precision_param):
-        return f"{mixed_precision_param} (FSDP2, shard degree 1)"
+        return f"{mixed_precision_param} ({wrapper}, shard degree 1)"
     return f"{mixed_precision_param} (torchtitan's autocast: one device or DDP)"
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from boost.training import rules
 from boost.training.model.args import FLAVORS, ModelArgs
-from boost.training.rules import AC_MODES, KINDS, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
+from boost.training.rules import AC_MODES, FSDP_IMPLS, KINDS, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
 
 # torchtitan.components.optimizer.build_optimizers knows Adam and AdamW (NotImplementedError otherwise);
 # torchtitan_ext.optimizer.build_boost_optimizers adds LORO.
@@ -381,6 +381,20 @@ RULES: tuple[Rule, ...] = (
     one_of("boost.norm", NORM_MODES),
     one_of("boost.tp_scheme", TP_SCHEMES),
     one_of("boost.activation_checkpoint", AC_MODES),
+    one_of("boost.fsdp", FSDP_IMPLS),
+    Rule(
+        "boost.fsdp",
+        "simple_fsdp: compiled model, no PP, HSDP, CPU offload or LORO, reshard policy default",
+        lambda c: rules.simple_fsdp_problem(
+            c.boost.fsdp,
+            compiled=c.job.compile.enable and "model" in c.job.compile.components,
+            pp=c.pp,
+            dp_replicate=c.job.parallelism.data_parallel_replicate_degree,
+            cpu_offload=c.job.training.enable_cpu_offload,
+            reshard_policy=c.job.parallelism.fsdp_reshard_after_forward,
+            optimizer=c.job.optimizer.name,
+        ),
+    ),
     Rule(
         "activation_checkpoint.mode",
         '"none"; BOOST\'s one switch is boost.activation_checkpoint',

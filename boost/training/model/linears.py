@@ -37,6 +37,28 @@ class RMSNorm(nn.Module):
         nn.init.ones_(self.weight)
 
 
+class _BatchedUpGEMM(torch.autograd.Function):
+    """``y = u · Bᵀ`` per member, whose weight gradient comes out in the weight's own layout.
+
+    Autograd's ``bmm`` backward computes the gradient of ``Bᵀ`` (``uᵀ · dy``, ``[G, r, d_out]``) and
+    hands ``B`` its transpose: a ``[G, d_out, r]`` view with the wrong strides, which ``AccumulateGrad``
+    then copies into a fresh tensor laid out like ``B`` (a copy, and on a host a few dispatches, per
+    batched weight and step). ``dyᵀ · u`` is the same product, already ``[G, d_out, r]``.
+    """
+
+    @staticmethod
+    def forward(ctx, u: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(u, weight)
+        return torch.bmm(u, weight.transpose(1, 2))
+
+    @staticmethod
+    def backward(ctx, dy: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        u, weight = ctx.saved_tensors
+        du = torch.bmm(dy, weight) if ctx.needs_input_grad[0] else None
+        dw = torch.bmm(dy.transpose(1, 2), u) if ctx.needs_input_grad[1] else None
+        return du, dw
+
+
 class BatchedUp(nn.Module):
     """``G`` up-projections of equal shape as one batched GEMM: weight ``[G, d_out, r]``."""
 
@@ -49,7 +71,7 @@ class BatchedUp(nn.Module):
         # slice of one bmm, and unbinding it costs nothing in backward (selecting members out of
         # a (..., G, d_out) result would zero-fill a full-size gradient per member).
         g, r = u.shape[0], u.shape[-1]
-        y = torch.bmm(u.reshape(g, -1, r), self.weight.transpose(1, 2))  # (G, tokens, d_out)
+        y = _BatchedUpGEMM.apply(u.reshape(g, -1, r), self.weight)  # (G, tokens, d_out)
         return y.view(*u.shape[:-1], y.shape[-1])
 
 

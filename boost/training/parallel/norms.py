@@ -36,6 +36,14 @@ def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``t.to(dtype)``, with no op at all where ``t`` is ``dtype`` already (eager's ``.to`` returns ``t``
+    itself then). torch 2.11's torch.compile traces such a no-op ``.to`` inside an autograd Function's
+    forward into a backward that returns zero gradients (fp32 BTP blocks trained with their online
+    norms' γ and A frozen); torch 2.13 does not (tests/multiprocess/test_compile.py)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 class OnlineRMSNormDown(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, gamma, weight, eps: float, dim: int, group: TPGroup):
@@ -44,15 +52,15 @@ class OnlineRMSNormDown(torch.autograd.Function):
         if replayed is not None:
             hm = replayed
         else:
-            s = x.to(acc).pow(2).sum(-1, keepdim=True)  # (..., 1)
+            s = _as(x, acc).pow(2).sum(-1, keepdim=True)  # (..., 1)
             # The GEMM runs in the activation dtype on a well-scaled input (the shard's own RMS
             # taken out, put back in fp32 after): bf16 tensor-core speed without an fp32 GEMM.
             scale = torch.sqrt(s / x.shape[-1] + eps)  # (..., 1), > 0
-            xs = (x.to(acc) * gamma.to(acc) / scale).to(x.dtype)
-            h = torch.matmul(xs, weight.t()).to(acc) * scale  # (..., R) partial sum
-            hm = all_reduce_partial(torch.cat([h, s / dim], dim=-1).to(x.dtype), group)
-        inv_rms = torch.rsqrt(hm[..., -1:].to(acc) + eps)
-        y = (hm[..., :-1].to(acc) * inv_rms).to(x.dtype)
+            xs = _as(_as(x, acc) * _as(gamma, acc) / scale, x.dtype)
+            h = _as(torch.matmul(xs, weight.t()), acc) * scale  # (..., R) partial sum
+            hm = all_reduce_partial(_as(torch.cat([h, s / dim], dim=-1), x.dtype), group)
+        inv_rms = torch.rsqrt(_as(hm[..., -1:], acc) + eps)
+        y = _as(_as(hm[..., :-1], acc) * inv_rms, x.dtype)
         ctx.save_for_backward(x, gamma, weight, y, inv_rms)
         ctx.dim = dim
         return y
@@ -76,11 +84,11 @@ class SyncRMSNorm(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, gamma, eps: float, dim: int, group: TPGroup):
         acc = _stat_dtype(x.dtype)
-        s = all_reduce_partial(x.to(acc).pow(2).sum(-1, keepdim=True), group)
+        s = all_reduce_partial(_as(x, acc).pow(2).sum(-1, keepdim=True), group)
         inv_rms = torch.rsqrt(s / dim + eps)
         ctx.save_for_backward(x, gamma, inv_rms)
         ctx.dim, ctx.group = dim, group
-        return (x.to(acc) * inv_rms).to(x.dtype) * gamma
+        return _as(_as(x, acc) * inv_rms, x.dtype) * gamma
 
     @staticmethod
     def backward(ctx, dy):
