@@ -155,3 +155,30 @@ def _assert_tensorboard_has_comm_metrics(tb: Path) -> None:
     } <= set(acc.Tags()["scalars"])
     comm = acc.Scalars("boost/comm_bytes_per_step")
     assert comm and comm[-1].value > 0
+
+
+@pytest.mark.slow
+def test_simple_fsdp_under_inductor_matches_fsdp2(reference_losses, tmp_path: Path):
+    # The rows compile with aot_eager, which runs a graph as traced; under inductor (the shipped TOMLs')
+    # SimpleFSDP also merges each graph's gathers and reduce-scatters into one of each (inductor's FSDP
+    # bucketing, torchtitan_ext/infra/simple_fsdp.py): the same losses.
+    log = train(
+        tmp_path,
+        *COMMON,
+        *MODELS["btp"],
+        *LAYOUTS["fsdp×tp"][1],
+        "--boost.activation_checkpoint",
+        "lowrank",
+        "--compile.enable",
+        "--boost.fsdp",
+        "simple_fsdp",
+        ngpu=4,
+        steps=STEPS,
+    )
+    assert "Applied SimpleFSDP" in log and "Compiling each TransformerBlock" in log
+    got, want = losses(log), reference_losses("btp", "fsdp2")
+    assert got.keys() == want.keys() == set(range(1, STEPS + 1)), (got, want)
+    for step in want:
+        assert abs(got[step] - want[step]) <= RTOL * abs(want[step]), (
+            f"step {step}: {got[step]} vs {want[step]}"
+        )
