@@ -30,6 +30,14 @@ def test_default_job_trains_and_writes_checkpoints_and_tensorboard(default_run):
     assert {"loss_metrics/global_avg_loss", "throughput(tps)", "mfu(%)"} <= tags, tags
 
 
+def _resume(
+    tmp_path, checkpoint, folder: str, *overrides: str, ngpu: int, steps: int = DEFAULT_STEPS + 3
+) -> str:
+    """The default job resumed from a copy of ``checkpoint`` in ``tmp_path/folder``: rank 0's log."""
+    shutil.copytree(checkpoint, tmp_path / folder / "checkpoint")
+    return train(tmp_path, *DEFAULT_RUN, *overrides, ngpu=ngpu, steps=steps, folder=folder)
+
+
 def _close(a: dict[int, float], b: dict[int, float], rtol: float) -> None:
     assert a.keys() == b.keys() and a, (a, b)
     for step in a:
@@ -43,27 +51,17 @@ def test_one_process_checkpoint_resumes_as_fsdp_and_fsdp_times_tp_on_one_curve(d
     # cannot follow a new data-parallel degree, so both restart their data shards (and warn). Both
     # then have DP degree 2 and see the same samples: their curves must agree to f32 rounding.
     one = default_run.losses
-    for folder in ("a", "b"):
-        shutil.copytree(default_run.tmp / "out" / "checkpoint", tmp_path / folder / "checkpoint")
-    fsdp_log = train(
+    checkpoint = default_run.tmp / "out" / "checkpoint"
+    fsdp_log = _resume(tmp_path, checkpoint, "a", "--parallelism.data_parallel_shard_degree", "2", ngpu=2)
+    fsdp_tp = _resume(
         tmp_path,
-        *DEFAULT_RUN,
-        "--parallelism.data_parallel_shard_degree",
-        "2",
-        ngpu=2,
-        steps=DEFAULT_STEPS + 3,
-        folder="a",
-    )
-    fsdp_tp = train(
-        tmp_path,
-        *DEFAULT_RUN,
+        checkpoint,
+        "b",
         "--parallelism.data_parallel_shard_degree",
         "2",
         "--parallelism.tensor_parallel_degree",
         "2",
         ngpu=4,
-        steps=DEFAULT_STEPS + 3,
-        folder="b",
     )
     assert "Applied FSDP to the model" in fsdp_tp and "Applied btp tensor parallelism" in fsdp_tp
     for log in (fsdp_log, fsdp_tp):
@@ -94,29 +92,23 @@ def test_simple_fsdp_resumes_and_hands_its_checkpoint_to_fsdp2_on_one_curve(defa
     # The one-process checkpoint (step 10) resumed at fsdp=2 × tp=2 under SimpleFSDP and under FSDP2:
     # DCP reshards it into either's 2-D DTensors, and both train on one curve. SimpleFSDP's own
     # checkpoint (step 12, its data position at DP 2) resumed under FSDP2 continues FSDP2's curve.
-    for folder in ("simple", "fsdp2"):
-        shutil.copytree(default_run.tmp / "out" / "checkpoint", tmp_path / folder / "checkpoint")
-    simple_log = train(
+    checkpoint = default_run.tmp / "out" / "checkpoint"
+    simple_log = _resume(
         tmp_path,
-        *DEFAULT_RUN,
+        checkpoint,
+        "simple",
         *COMPILED_FSDP_TP,
         "--boost.fsdp",
         "simple_fsdp",
         ngpu=4,
         steps=DEFAULT_STEPS + 2,
-        folder="simple",
     )
-    fsdp2 = losses(
-        train(tmp_path, *DEFAULT_RUN, *COMPILED_FSDP_TP, ngpu=4, steps=DEFAULT_STEPS + 3, folder="fsdp2")
-    )
+    fsdp2 = losses(_resume(tmp_path, checkpoint, "fsdp2", *COMPILED_FSDP_TP, ngpu=4))
     assert "Applied SimpleFSDP" in simple_log and f"Training starts at step {DEFAULT_STEPS + 1}" in simple_log
     _close(losses(simple_log), {s: fsdp2[s] for s in (DEFAULT_STEPS + 1, DEFAULT_STEPS + 2)}, 1e-5)
     assert (tmp_path / "simple" / "checkpoint" / f"step-{DEFAULT_STEPS + 2}").is_dir()
 
-    shutil.copytree(tmp_path / "simple" / "checkpoint", tmp_path / "handed" / "checkpoint")
-    handed_log = train(
-        tmp_path, *DEFAULT_RUN, *COMPILED_FSDP_TP, ngpu=4, steps=DEFAULT_STEPS + 3, folder="handed"
-    )
+    handed_log = _resume(tmp_path, tmp_path / "simple" / "checkpoint", "handed", *COMPILED_FSDP_TP, ngpu=4)
     assert "Applied FSDP to the model" in handed_log
     assert f"Training starts at step {DEFAULT_STEPS + 3}" in handed_log
     _close(losses(handed_log), {DEFAULT_STEPS + 3: fsdp2[DEFAULT_STEPS + 3]}, 1e-5)
