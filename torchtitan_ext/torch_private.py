@@ -28,6 +28,10 @@ BOOST issues those semantics on every torch (no public API replaces a registered
 ``ProcessGroup`` cannot override ``_reduce_scatter_base``): it wraps ``torch.distributed``'s and the
 functional collectives' reduce-scatter, resolving a functional group with ``funcol._resolve_group_name``
 and ``distributed_c10d._resolve_process_group``. BOOST issues no gather, scatter or all-to-all.
+
+``torch._inductor.config.bucket_all_gathers_fx`` / ``bucket_reduce_scatters_fx``
+(``merge_fsdp_collectives_in_compiled_graphs``): inductor's merging of a compiled graph's FSDP
+collectives, for SimpleFSDP; no public switch.
 """
 
 from __future__ import annotations
@@ -156,3 +160,15 @@ def fill_fake_collective_outputs() -> None:
         wrapper.__wrapped__ = original
         wrapper._boost_fills_fake = True
         setattr(module, original.__name__, wrapper)
+
+
+def merge_fsdp_collectives_in_compiled_graphs() -> None:
+    """From now on, inductor merges the FSDP all-gathers of a compiled graph into one all-gather (their
+    casts and copies into one buffer) and its reduce-scatters into one (SimpleFSDP's, traced into each
+    block: ``torchtitan_ext.infra.simple_fsdp``). ``torch._inductor.config``'s ``bucket_all_gathers_fx``
+    and ``bucket_reduce_scatters_fx`` are the switch on every torch of the range (2.11–2.14), with no
+    public API; they act on inductor's graphs only (``aot_eager`` runs a graph as traced)."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.bucket_all_gathers_fx = "only_fsdp"
+    inductor_config.bucket_reduce_scatters_fx = "all"

@@ -32,7 +32,6 @@ import functools
 from collections.abc import Callable
 
 import torch
-import torch._inductor.config as inductor_config
 from torch import nn
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Shard, distribute_tensor
@@ -44,6 +43,7 @@ from torchtitan.experiments.simple_fsdp.simple_fsdp import (
 )
 
 from boost.training.config_error import refuse
+from torchtitan_ext.torch_private import merge_fsdp_collectives_in_compiled_graphs
 from torchtitan_ext.torchtitan_private import distribute_tensor_parallel_parameter
 
 # (module class, its parametrized names) -> the subclass whose properties gather them
@@ -110,12 +110,9 @@ def apply_simple_fsdp(
     """
     if dp_mesh.ndim != 1:
         raise ValueError(f"SimpleFSDP takes a 1-D data-parallel mesh, not {dp_mesh.ndim}-D")
-    # One all-gather and one reduce-scatter per compiled graph, as FSDP2 issues one per block: inductor
-    # merges the graph's gathers (their casts and copies into one buffer) and its reduce-scatters. Unmerged,
-    # a BTP block issues 10 of each: 647 collectives a 7B rank's step instead of 66. (aot_eager runs the
-    # graphs as traced, one collective per weight.)
-    inductor_config.bucket_all_gathers_fx = "only_fsdp"
-    inductor_config.bucket_reduce_scatters_fx = "all"
+    # One all-gather and one reduce-scatter per compiled graph, as FSDP2 issues one of each per block.
+    # Unmerged, a BTP block issues 10 of each: 647 collectives a 7B rank's step.
+    merge_fsdp_collectives_in_compiled_graphs()
     degree = dp_mesh.size()
     mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
     # one per shard dim and tensor-parallel layout, shared by every block (one compiled block serves all)
