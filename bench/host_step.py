@@ -81,7 +81,8 @@ SCHEME_OVERRIDES = {
     ],
 }  # fmt: skip
 # boost.fsdp of this checkout's runs (a baseline runs its own default): torch's FSDP2, or torchtitan's
-# SimpleFSDP traced into the compiled blocks (which keeps no reshard policy: "default")
+# SimpleFSDP traced into the compiled blocks (which keeps no reshard policy: "default"). Restated from
+# bench.gpu_rows.SIMPLE_FSDP, as SCHEME_OVERRIDES are: this file runs in a baseline checkout too.
 FSDP_OVERRIDES = {
     "fully_shard": [],
     "simple_fsdp": ["--boost.fsdp", "simple_fsdp", "--parallelism.fsdp_reshard_after_forward", "default"],
