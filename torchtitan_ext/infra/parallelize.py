@@ -73,7 +73,8 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
     if compile_model:
         apply_compile(model, job_config.compile)
 
-    if fsdp_wraps(parallel_dims, job_config.training.mixed_precision_param) and cfg.fsdp == "simple_fsdp":
+    wraps = fsdp_wraps(parallel_dims, job_config.training.mixed_precision_param)
+    if wraps and cfg.fsdp == "simple_fsdp":
         apply_simple_fsdp(
             model,
             data_parallel_mesh(parallel_dims, ["fsdp"]),
@@ -81,7 +82,7 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
             reduce_dtype=TORCH_DTYPE_MAP[job_config.training.mixed_precision_reduce],
         )
         logger.info("Applied SimpleFSDP to the model (gathers and reductions inside the compiled blocks)")
-    elif fsdp_wraps(parallel_dims, job_config.training.mixed_precision_param):
+    elif wraps:
         names = ["dp_replicate", "fsdp"] if parallel_dims.dp_replicate_enabled else ["fsdp"]
         apply_fsdp(
             model,
