@@ -8,8 +8,9 @@ Rows (``bench.gpu_rows.ROWS``, run in that order, each in its own process):
   (``--boost.linear full --boost.tp_scheme megatron``), 12 steps; tokens/s, MFU and memory as
   torchtitan logs them over steps 6–12, and BOOST's start-up line;
 - rank dry run: ``DRY_RUN=1 NGPU=N`` (``bench.rank_dry_run``'s rows) of 3B@8 and 7B@16 for btp, vanilla
-  and megatron, 7B@16 btp and megatron with ``boost.fsdp = "simple_fsdp"`` (the TOMLs': FSDP2) and with
-  ``fsdp_reshard_after_forward`` "default" (the TOMLs': "never"),
+  and megatron, 7B@16 btp and megatron with ``boost.fsdp = "simple_fsdp"`` (the TOMLs': FSDP2), without
+  and with ``boost.cudagraphs``, the trainer's 1B CoLA and dense with ``boost.cudagraphs``, 7B@16 btp
+  and megatron with ``fsdp_reshard_after_forward`` "default" (the TOMLs': "never"),
   7B@16 btp at the planner's micro-batch 20, 13B@8 and 30B@16 (pipeline) for btp, 10 steps, steps 3–10
   steady (a row that fails after logging steady steps keeps their figures, marked failed);
 - kernel split: ``bench.kernel_split`` for the 1B CoLA and dense step (3 warm-up, 5 timed, 2 profiled).

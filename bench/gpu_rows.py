@@ -40,6 +40,7 @@ DENSE = ("--boost.linear", "full", "--boost.tp_scheme", "megatron")  # train_con
 RESHARD_DEFAULT = ("--parallelism.fsdp_reshard_after_forward", "default")
 # FSDP's gathers and reductions traced into the compiled blocks (torchtitan's SimpleFSDP; no reshard policy)
 SIMPLE_FSDP = ("--boost.fsdp", "simple_fsdp", *RESHARD_DEFAULT)
+CUDAGRAPHS = "--boost.cudagraphs"  # the compiled blocks replayed as CUDA graphs (inert on a CPU)
 # Every run: one log line a step (the rows' tokens/s, memory, step times), no checkpoint or
 # validation (neither is the step's work; a 7B checkpoint shard is gigabytes of disk).
 COMMON = ("--metrics.log_freq", "1", "--checkpoint.no-enable", "--validation.no-enable")
@@ -123,6 +124,11 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # boost.fsdp = "simple_fsdp" against the TOMLs' FSDP2 (issue 33: the host's per-parameter FSDP work)
     dry("7B", 16, "btp", 150, extra=SIMPLE_FSDP, label="simple_fsdp"),
     dry("7B", 16, "megatron", 150, extra=SIMPLE_FSDP, label="simple_fsdp"),
+    # boost.cudagraphs (each compiled block one CUDA-graph launch) on top, and the 1B rows with it
+    dry("7B", 16, "btp", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
+    dry("7B", 16, "megatron", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
+    TrainRow("trainer", "1B CoLA cudagraphs", "1B", 1, (CUDAGRAPHS,), 12, 6, 180),
+    TrainRow("trainer", "1B dense cudagraphs", "1B", 1, (*DENSE, CUDAGRAPHS), 12, 6, 180),
     # the TOMLs' fsdp_reshard_after_forward = "never" measured the other way, for both schemes
     dry("7B", 16, "btp", 150, extra=RESHARD_DEFAULT, label="reshard default"),
     dry("7B", 16, "megatron", 150, extra=RESHARD_DEFAULT, label="reshard default"),

@@ -58,12 +58,19 @@ def run_train(
 
 
 def train(
-    tmp_path: Path, *overrides: str, ngpu: int = 1, steps: int = 10, log_rank: int = 0, folder: str = "out"
+    tmp_path: Path,
+    *overrides: str,
+    ngpu: int = 1,
+    steps: int = 10,
+    log_rank: int = 0,
+    folder: str = "out",
+    env: dict[str, str] | None = None,
 ) -> str:
     """``run_train``'s run without the launcher: the ranks of ``torchtitan_ext.train`` alone (no preflight,
     no torchrun), each forked from the rank server (``tests/rank_server.py``); rank ``log_rank``'s output.
-    The same ranks, threads and collectives as ``run_train``: the same losses, bit for bit."""
-    codes, logs = train_ranks(tmp_path, *overrides, ngpu=ngpu, steps=steps, folder=folder)
+    The same ranks, threads and collectives as ``run_train``: the same losses, bit for bit. ``env``: more
+    environment for the ranks."""
+    codes, logs = train_ranks(tmp_path, *overrides, ngpu=ngpu, steps=steps, folder=folder, env=env)
     out = logs[log_rank]
     failed = "".join(
         f"\n--- rank {r} (exit {c}) ---\n" + logs[r][-2000:]
@@ -75,7 +82,12 @@ def train(
 
 
 def train_ranks(
-    tmp_path: Path, *overrides: str, ngpu: int = 1, steps: int = 10, folder: str = "out"
+    tmp_path: Path,
+    *overrides: str,
+    ngpu: int = 1,
+    steps: int = 10,
+    folder: str = "out",
+    env: dict[str, str] | None = None,
 ) -> tuple[list[int], list[str]]:
     """``train``'s run, whatever its end: every rank's exit code and output."""
     log_dir = tmp_path / f"{folder}-rank-logs"
@@ -91,7 +103,7 @@ def train_ranks(
         *SMALL,
         *overrides,
     ]
-    env = {"BOOST_CACHE": str(tmp_path.parent / "boost-cache")}
+    env = {"BOOST_CACHE": str(tmp_path.parent / "boost-cache"), **(env or {})}
     codes = _rank_server().run(argv, env, ngpu, logs)
     return codes, [log.read_text(errors="replace") for log in logs]
 

@@ -32,10 +32,21 @@ and ``distributed_c10d._resolve_process_group``. BOOST issues no gather, scatter
 ``torch._inductor.config.bucket_all_gathers_fx`` / ``bucket_reduce_scatters_fx``
 (``merge_fsdp_collectives_in_compiled_graphs``): inductor's merging of a compiled graph's FSDP
 collectives, for SimpleFSDP; no public switch.
+
+``torch._inductor.config.triton.cudagraph_or_error`` (``cudagraphs_or_error``): a CUDA graph inductor
+skips raises instead of running without; ``torch._dynamo.utils.counters["inductor"]["cudagraph_skips"]``
+(``cudagraph_skips``): how many compiled graphs inductor ran without them; ``CompiledFxGraph.post_compile``'s
+arguments (``record_compiled_graphs``): what inductor knows of a graph's inputs, which a CUDA graph's
+replay depends on. The same on every torch of the range, no public switch, count or record.
+
+``torch._functorch.config.enable_autograd_cache`` (``keep_ranks_compiled_graphs_apart``): AOTAutograd's
+cache of compiled graphs across processes, turned off for multi-rank runs (why: that function).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -172,3 +183,71 @@ def merge_fsdp_collectives_in_compiled_graphs() -> None:
 
     inductor_config.bucket_all_gathers_fx = "only_fsdp"
     inductor_config.bucket_reduce_scatters_fx = "all"
+
+
+def cudagraphs_or_error() -> None:
+    """From now on, a compiled graph that asked for CUDA graphs and runs on a GPU without them (an op
+    CUDA graphs cannot capture, an input the graph mutates) raises, naming inductor's reason, instead of
+    running uncaptured behind one warning line (``boost.cudagraphs``: ``torchtitan_ext.infra.cudagraphs``).
+    Graphs on a CPU record none and raise nothing: inductor only counts them."""
+    import torch._inductor.config as inductor_config
+
+    inductor_config.triton.cudagraph_or_error = True
+
+
+def cudagraph_skips() -> int:
+    """How many compiled graphs that asked for CUDA graphs inductor has run without them, in this process
+    (a CPU's graphs; on a GPU ``cudagraphs_or_error`` makes each one an error)."""
+    from torch._dynamo.utils import counters
+
+    return counters["inductor"]["cudagraph_skips"]
+
+
+@contextmanager
+def record_compiled_graphs() -> Iterator[list[dict[str, Any]]]:
+    """Inside, every graph inductor compiles or loads from its cache is recorded with what a CUDA graph's
+    replay needs of its inputs: ``cudagraphs`` (whether its compile asked for them), ``backward``, ``inputs``
+    (their count), ``static`` (the indices inductor treats as fixed addresses: parameters, buffers, saved
+    activations; a replay copies every other input in), ``mutated`` (the indices it writes in place).
+    A CPU's graphs are recorded alike, before inductor decides they run without CUDA graphs."""
+    import torch._inductor.config as inductor_config
+    from torch._inductor.output_code import CompiledFxGraph
+
+    records: list[dict[str, Any]] = []
+    post_compile = CompiledFxGraph.post_compile
+
+    def recording(self, example_inputs, constants, graph_kwargs):
+        records.append(
+            dict(
+                cudagraphs=bool(inductor_config.triton.cudagraphs),  # the graph's compile options
+                backward=bool(self.fx_kwargs.get("is_backward")),
+                inputs=len(example_inputs),
+                static=sorted(self.fx_kwargs.get("static_input_idxs") or ()),
+                mutated=sorted(self.mutated_input_idxs or ()),
+                shapes=[tuple(t.shape) if isinstance(t, torch.Tensor) else None for t in example_inputs],
+            )
+        )
+        return post_compile(self, example_inputs, constants, graph_kwargs)
+
+    CompiledFxGraph.post_compile = recording
+    try:
+        yield records
+    finally:
+        CompiledFxGraph.post_compile = post_compile
+
+
+def keep_ranks_compiled_graphs_apart() -> None:
+    """From now on, this process compiles its graphs itself rather than load another rank's from
+    AOTAutograd's on-disk cache (inductor's own cache, keyed on the traced graph, still serves).
+
+    A block's collectives name this rank's process groups (tensor-parallel group "11" on ranks 0-1,
+    "12" on ranks 2-3 of tp 2 × FSDP 2), but AOTAutograd's cache key sees the device mesh, which is the
+    same on every rank: a rank loads the graph another rank compiled and stops with "Could not resolve
+    the process group registered under the name 11" (seen on torch 2.13 with gloo at 4 ranks, FSDP2 or
+    SimpleFSDP under inductor: from the second rank to compile on, and on every rank of a second start).
+    Ranks whose devices differ (cuda:0, cuda:1) get different keys; ranks of different groups on the
+    same device index sharing a cache (one on a shared file system) would not. The price is
+    AOTAutograd's tracing at each start."""
+    import torch._functorch.config as functorch_config
+
+    functorch_config.enable_autograd_cache = False

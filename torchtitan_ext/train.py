@@ -31,6 +31,7 @@ from torchtitan_ext.guards.graceful_stop import GracefulStop
 from torchtitan_ext.guards.launcher_watch import end_with_launcher
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.guards.step_hold import hold_at_step
+from torchtitan_ext.infra import cudagraphs
 from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
 from torchtitan_ext.start_warnings import install as answer_start_warnings
 from torchtitan_ext.startup_clock import STARTUP
@@ -78,6 +79,9 @@ class BoostTrainer(Trainer):
             raise SystemExit(2) from None
         if job_config.comm.mode == "fake_backend":  # a dry run: outputs defined on every torch
             fill_fake_collective_outputs()
+        self._cudagraphs = job_config.boost.cudagraphs
+        if self._cudagraphs:
+            cudagraphs.set_nccl_env()  # before the process group starts
         super().__init__(job_config)
         records = self.checkpointer.enable and job_config.model.name == MODEL_NAME
         self.checkpointer = BoostCheckpointManager.adopt(
@@ -92,6 +96,8 @@ class BoostTrainer(Trainer):
 
     def train_step(self, data_iterator) -> None:
         self.metrics_processor.step_begins(self.step)  # which steps the communication counter watches
+        if self._cudagraphs:
+            cudagraphs.mark_step()
         if self._first_step_done:
             self._train_step(data_iterator)
             return
@@ -100,6 +106,8 @@ class BoostTrainer(Trainer):
         STARTUP.end("step 1")
         self._first_step_done = True
         logger.info(STARTUP.line())
+        if self._cudagraphs:
+            logger.info(cudagraphs.first_step_line())
 
     def _train_step(self, data_iterator) -> None:
         """torchtitan 0.2.2's ``Trainer.train_step`` with no host sync but the log step's: the global

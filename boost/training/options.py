@@ -43,6 +43,12 @@ class BoostOptions:
     simple_fsdp (torchtitan's SimpleFSDP: both traced into each compiled block's graphs, for a host
     that issues less; needs compile, no PP, HSDP, CPU offload or LORO, reshard policy "default")."""
 
+    cudagraphs: bool = False
+    """Replay each compiled block's forward and backward as CUDA graphs (inductor's cudagraph trees):
+    the host issues one graph launch per block where it issued every kernel. A GPU's mechanism: on a
+    CPU the blocks run as without it. Needs the compiled model (inductor), SimpleFSDP where FSDP wraps,
+    one micro-batch a step, no PP, DDP/HSDP, CPU offload or LORO."""
+
     activation_checkpoint: str = "none"
     """none | full (torchtitan's whole-block AC) | lowrank (keep r-wide latents, recompute the rest)."""
 

@@ -182,3 +182,38 @@ def test_simple_fsdp_under_inductor_matches_fsdp2(reference_losses, tmp_path: Pa
         assert abs(got[step] - want[step]) <= RTOL * abs(want[step]), (
             f"step {step}: {got[step]} vs {want[step]}"
         )
+
+
+@pytest.mark.slow
+def test_cudagraphs_switch_changes_nothing_on_a_cpu(reference_losses, tmp_path: Path):
+    # boost.cudagraphs is a GPU's mechanism (inductor records CUDA graphs for GPU graphs only): here the
+    # blocks compile with it asked for and each step marks its start, and the run is the eager one.
+    log = train(
+        tmp_path, *COMMON, *MODELS["btp"], "--compile.enable", "--boost.cudagraphs", ngpu=1, steps=STEPS
+    )
+    assert "Compiling each TransformerBlock with torch.compile and inductor's CUDA graphs" in log
+    skipped = re.search(
+        r"boost.cudagraphs: the blocks' compiled graphs run without CUDA graphs here \((\d+) skipped", log
+    )
+    assert skipped and int(skipped.group(1)) >= 1, log[-3000:]
+    got, want = losses(log), reference_losses("btp", "1")
+    assert got.keys() == want.keys() == set(range(1, STEPS + 1)), (got, want)
+    for step in want:
+        assert abs(got[step] - want[step]) <= RTOL * abs(want[step]), (
+            f"step {step}: {got[step]} vs {want[step]}"
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.compat  # on every end of the torch range (.ci/compat)
+def test_compiled_ranks_start_again_on_a_warm_inductor_cache(tmp_path: Path):
+    # The shipped layout's kind (FSDP2 × BTP, inductor) started twice on one machine's cache: the second
+    # start's ranks find the graphs the first one's compiled. AOTAutograd's cache keyed them on the device
+    # mesh, the same on every rank, so a rank loaded another's graph, whose collectives name that rank's
+    # process groups, and stopped ("Could not resolve the process group registered under the name 11";
+    # torch_private.keep_ranks_compiled_graphs_apart).
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
+    args = (*COMMON, *MODELS["btp"], *LAYOUTS["fsdp×tp"][1], "--compile.enable")
+    first = losses(train(tmp_path, *args, ngpu=4, steps=2, folder="first", env=cache))
+    again = losses(train(tmp_path, *args, ngpu=4, steps=2, folder="again", env=cache))
+    assert again == first and set(first) == {1, 2}, (first, again)

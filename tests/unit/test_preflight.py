@@ -47,6 +47,21 @@ CASES = [
         "parallelism.fsdp_reshard_after_forward = 'never' is FSDP2's",
     ),
     (
+        ["--boost.cudagraphs", "--compile.no-enable"],
+        1,
+        "boost.cudagraphs = True: CUDA graphs are inductor's, over the compiled blocks",
+    ),
+    (
+        ["--boost.cudagraphs", "--compile.enable"],
+        2,
+        "boost.cudagraphs = True: FSDP2 gathers each block's weights into new memory every step",
+    ),
+    (
+        ["--boost.cudagraphs", "--compile.enable", "--training.global_batch_size", "16"],
+        1,
+        "boost.cudagraphs = True: CUDA graphs are not built for 2 micro-batches a step",
+    ),
+    (
         ["--parallelism.tensor_parallel_degree", "3", "--parallelism.data_parallel_shard_degree", "1"],
         3,
         "parallelism.tensor_parallel_degree = 3: must divide n_heads = 8",

@@ -26,8 +26,11 @@ from torchtitan.models.llama3.infra.parallelize import (
 from torchtitan.tools.logging import logger
 
 import boost.training.parallel
+from boost.training import rules
 from boost.training.rules import reshards_after_forward
+from torchtitan_ext.infra.cudagraphs import apply_compile_with_cudagraphs
 from torchtitan_ext.infra.simple_fsdp import apply_simple_fsdp
+from torchtitan_ext.torch_private import keep_ranks_compiled_graphs_apart
 from torchtitan_ext.torchtitan_private import data_parallel_mesh
 
 
@@ -70,7 +73,12 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
             "selective, for torch.compile" if compile_model else "record and replay",
         )
 
-    if compile_model:
+    if compile_model and parallel_dims.world_size > 1:
+        keep_ranks_compiled_graphs_apart()  # the ranks' graphs name different process groups
+    if compile_model and cfg.cudagraphs:
+        apply_compile_with_cudagraphs(model, job_config.compile)
+        logger.info("Compiling each TransformerBlock with torch.compile and inductor's CUDA graphs")
+    elif compile_model:
         apply_compile(model, job_config.compile)
 
     wraps = fsdp_wraps(parallel_dims, job_config.training.mixed_precision_param)
@@ -140,13 +148,11 @@ class ContraryPrecisionLines(logging.Filter):
 
 
 def fsdp_for_precision(parallel_dims: ParallelDims, mixed_precision_param: str) -> bool:
-    """Whether FSDP2 must wrap the model at a shard degree of 1 for its mixed-precision policy.
-
-    torchtitan trains TP/PP without FSDP in fp32 whatever ``training.mixed_precision_param`` says
-    (``maybe_enable_amp``: autocast is for one device or DDP). FSDP2 over a group of one casts the
-    parameters as it would at any degree and communicates nothing, so the precision asked for holds.
-    """
-    return (parallel_dims.tp_enabled or parallel_dims.pp_enabled) and mixed_precision_param != "float32"
+    """Whether FSDP must wrap the model at a shard degree of 1 for its mixed-precision policy
+    (``boost.training.rules.fsdp_for_precision``)."""
+    return rules.fsdp_for_precision(
+        tp=parallel_dims.tp, pp=parallel_dims.pp, mixed_precision_param=mixed_precision_param
+    )
 
 
 def fsdp_wraps(parallel_dims: ParallelDims, mixed_precision_param: str) -> bool:

@@ -80,6 +80,29 @@ class JobContext:
             dp_shard=par.data_parallel_shard_degree,
         )
 
+    @property
+    def fsdp_wraps(self) -> bool:
+        """Whether FSDP wraps the model: data parallelism that shards (or CP), or the mixed precision
+        of TP/PP at a shard degree of 1 (``torchtitan_ext.infra.parallelize.fsdp_wraps``)."""
+        par = self.job.parallelism
+        shard_degree = self.dp // max(1, par.data_parallel_replicate_degree)
+        return (
+            shard_degree > 1
+            or par.context_parallel_degree > 1
+            or rules.fsdp_for_precision(
+                tp=self.tp, pp=self.pp, mixed_precision_param=self.job.training.mixed_precision_param
+            )
+        )
+
+    @property
+    def microbatches(self) -> int:
+        """Forward-backward passes a step: the global batch over what the data-parallel ranks read at once."""
+        global_batch, at_once = (
+            self.job.training.global_batch_size,
+            self.job.training.local_batch_size * self.dp,
+        )
+        return global_batch // at_once if global_batch > 0 and at_once > 0 else 1
+
     @cached_property
     def model_args(self) -> ModelArgs:
         return ModelArgs.from_flavor(self.job.model.flavor)
@@ -558,6 +581,23 @@ RULES: tuple[Rule, ...] = (
         "training.global_batch_size",
         "-1, or a multiple of local_batch_size × data-parallel degree",
         _global_batch_divides,
+    ),
+    # after the degrees and the batch it reads are checked
+    Rule(
+        "boost.cudagraphs",
+        "compiled (inductor), SimpleFSDP where FSDP wraps, one micro-batch, no PP, DDP/HSDP, CPU offload or LORO",
+        lambda c: rules.cudagraphs_problem(
+            c.boost.cudagraphs,
+            compiled=c.job.compile.enable and "model" in c.job.compile.components,
+            backend=c.job.compile.backend,
+            fsdp=c.boost.fsdp,
+            fsdp_wraps=c.fsdp_wraps,
+            pp=c.pp,
+            dp_replicate=c.job.parallelism.data_parallel_replicate_degree,
+            microbatches=c.microbatches,
+            cpu_offload=c.job.training.enable_cpu_offload,
+            optimizer=c.job.optimizer.name,
+        ),
     ),
     within("training.max_norm", 0, math.inf, low_open=True),
     at_least("training.gc_freq", 1),
