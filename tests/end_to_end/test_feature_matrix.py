@@ -162,51 +162,29 @@ def _assert_tensorboard_has_comm_metrics(tb: Path) -> None:
 
 
 @pytest.mark.slow
-def test_simple_fsdp_under_inductor_matches_fsdp2(reference_losses, tmp_path: Path):
-    # The rows compile with aot_eager, which runs a graph as traced; under inductor (the shipped TOMLs')
-    # SimpleFSDP also merges each graph's gathers and reduce-scatters into one of each (inductor's FSDP
-    # bucketing, torchtitan_ext/infra/simple_fsdp.py): the same losses.
-    log = train(
-        tmp_path,
+def test_gpu_rows_layout_matches_fsdp2_and_starts_again_on_its_cache(reference_losses, tmp_path: Path):
+    # The GPU report's cudagraphs rows at the debug size. SimpleFSDP under inductor (the rows compile with
+    # aot_eager, which runs a graph as traced; inductor also merges each graph's gathers and reduce-scatters
+    # into one of each: torchtitan_ext/infra/simple_fsdp.py), with boost.cudagraphs, which a CPU runs as
+    # without it (inductor records CUDA graphs for GPU graphs only): FSDP2's losses.
+    # Started again on the same inductor cache, its ranks find the graphs the first start compiled.
+    # AOTAutograd's cache keyed them on the device mesh, the same on every rank, so a rank loaded another's
+    # graph, whose collectives name that rank's process groups, and stopped ("Could not resolve the process
+    # group registered under the name 11"; torch_private.keep_ranks_compiled_graphs_apart; FSDP2 alike).
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
+    args = (
         *COMMON,
         *MODELS["btp"],
         *LAYOUTS["fsdp×tp"][1],
-        "--boost.activation_checkpoint",
-        "lowrank",
-        "--compile.enable",
-        "--boost.fsdp",
-        "simple_fsdp",
-        ngpu=4,
-        steps=STEPS,
+        *("--boost.activation_checkpoint", "lowrank", "--compile.enable"),
+        *("--boost.fsdp", "simple_fsdp", "--boost.cudagraphs"),
     )
-    assert "Applied SimpleFSDP" in log and "Compiling each TransformerBlock" in log
-    assert_same_curve(losses(log), reference_losses("btp", "fsdp2"), RTOL)
-
-
-@pytest.mark.slow
-def test_cudagraphs_switch_changes_nothing_on_a_cpu(reference_losses, tmp_path: Path):
-    # boost.cudagraphs is a GPU's mechanism (inductor records CUDA graphs for GPU graphs only): here the
-    # blocks compile with it asked for and each step marks its start, and the run is the eager one.
-    log = train(
-        tmp_path, *COMMON, *MODELS["btp"], "--compile.enable", "--boost.cudagraphs", ngpu=1, steps=STEPS
-    )
-    assert "Compiling each TransformerBlock with torch.compile and inductor's CUDA graphs" in log
-    skipped = re.search(
-        r"boost.cudagraphs: the blocks' compiled graphs run without CUDA graphs here \((\d+) skipped", log
-    )
-    assert skipped and int(skipped.group(1)) >= 1, log[-3000:]
-    assert_same_curve(losses(log), reference_losses("btp", "1"), RTOL)
-
-
-@pytest.mark.slow  # passed on torch 2.11.0 and 2.14.1 too (2026-11-26); the cause and its fix are the same there
-def test_compiled_ranks_start_again_on_a_warm_inductor_cache(tmp_path: Path):
-    # The shipped layout's kind (FSDP2 × BTP, inductor) started twice on one machine's cache: the second
-    # start's ranks find the graphs the first one's compiled. AOTAutograd's cache keyed them on the device
-    # mesh, the same on every rank, so a rank loaded another's graph, whose collectives name that rank's
-    # process groups, and stopped ("Could not resolve the process group registered under the name 11";
-    # torch_private.keep_ranks_compiled_graphs_apart).
-    cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
-    args = (*COMMON, *MODELS["btp"], *LAYOUTS["fsdp×tp"][1], "--compile.enable")
-    first = losses(train(tmp_path, *args, ngpu=4, steps=2, folder="first", env=cache))
-    again = losses(train(tmp_path, *args, ngpu=4, steps=2, folder="again", env=cache))
-    assert again == first and set(first) == {1, 2}, (first, again)
+    for start in ("first", "again"):
+        log = train(tmp_path, *args, ngpu=4, steps=STEPS, folder=start, env=cache)
+        assert "Applied SimpleFSDP" in log, log[-3000:]
+        assert "Compiling each TransformerBlock with torch.compile and inductor's CUDA graphs" in log
+        skipped = re.search(
+            r"boost.cudagraphs: the blocks' compiled graphs run without CUDA graphs here \((\d+) skipped", log
+        )
+        assert skipped and int(skipped.group(1)) >= 1, log[-3000:]
+        assert_same_curve(losses(log), reference_losses("btp", "fsdp2"), RTOL)
