@@ -7,7 +7,7 @@ same graphs are compiled and inductor's record of their inputs is read
 
 The layout is the GPU rows' (``bench/gpu_rows.py``, 7B@16 btp with SimpleFSDP and CUDA graphs) at the
 debug model's size: rank 0 of 4 on the fake process group (tp 2 × FSDP 2), BTP with low-rank AC, bf16
-through SimpleFSDP, inductor, two steps, in a fresh process.
+through SimpleFSDP, inductor (the blocks; the loss uncompiled), one step, in a fresh process.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ ARGS = [
     "--training.mixed_precision_param", "bfloat16",
     "--training.seq_len", "32",
     "--training.local_batch_size", "2",
-    "--training.steps", "2",
+    "--training.steps", "1",
     "--compile.enable",
+    "--compile.components", "model",
     "--boost.activation_checkpoint", "lowrank",
     "--boost.fsdp", "simple_fsdp",
     "--parallelism.fsdp_reshard_after_forward", "default",
@@ -90,8 +91,6 @@ def test_compiled_blocks_read_their_weights_as_static_inputs_and_write_none(tmp_
     for graph in backwards:
         # the saved activations and weights are static; copied in: the gradient of the block's output
         assert graph["inputs"] - len(graph["static"]) <= 1 + graph["shapes"].count(None), graph
-    # the compiled loss asked for none (torchtitan's compile, unchanged)
-    assert any(not g["cudagraphs"] for g in probe_result["graphs"]), probe_result["graphs"]
 
 
 if __name__ == "__main__":
