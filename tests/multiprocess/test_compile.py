@@ -3,7 +3,9 @@
 Blocks are compiled one by one with ``fullgraph=True``, as torchtitan's ``apply_compile`` does. The
 backends here run the graphs AOTAutograd produces eagerly (what ``aot_eager`` does), counting the
 compiles and the collectives in the forward and backward graphs; the partitioner is either
-AOTAutograd's default (``aot_eager``'s) or the min-cut one (inductor's).
+AOTAutograd's default (``aot_eager``'s) or the min-cut one (inductor's). Inductor itself compiles
+the low-rank-checkpointed BTP blocks in the trainer's tests (``tests/end_to_end/test_feature_matrix.py``'s
+GPU rows' layout, ``tests/end_to_end/test_cudagraph_inputs.py``).
 """
 
 from __future__ import annotations
@@ -142,16 +144,3 @@ def _lowrank_body(rank: int, world_size: int) -> None:
 @pytest.mark.compat  # on torch 2.11, a no-op .to() in the online norm's forward froze γ and A (fp32)
 def test_compiled_lowrank_checkpointing_adds_no_collective_and_matches_eager():
     run_distributed(_lowrank_body, 2)
-
-
-def _inductor_body(rank: int, world_size: int) -> None:
-    mesh = init_device_mesh("cpu", (world_size,))
-    args = ModelArgs.from_flavor("debug", linear="cola", vocab_size=VOCAB, n_layers=2, max_seq_len=SEQ)
-    eager, _ = _train(_build(args, mesh, "btp"), steps=2)
-    compiled, _ = _train(_build(args, mesh, "btp", ac="lowrank", backend="inductor"), steps=2)
-    _close(compiled, eager, "inductor + low-rank AC")
-
-
-@pytest.mark.slow
-def test_inductor_compiles_lowrank_checkpointed_btp_blocks():
-    run_distributed(_inductor_body, 2)
