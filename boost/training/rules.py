@@ -273,6 +273,28 @@ def fsdp_for_precision(*, tp: int, pp: int, mixed_precision_param: str) -> bool:
     return (tp > 1 or pp > 1) and mixed_precision_param != "float32"
 
 
+def fsdp_wraps(*, dp_shard: int, cp: int, tp: int, pp: int, mixed_precision_param: str) -> bool:
+    """Whether FSDP wraps the model: data parallelism that shards (torchtitan's ``fsdp_enabled``: dp_shard
+    or CP above 1), or the mixed precision of TP/PP at a shard degree of 1 (``fsdp_for_precision``).
+
+    Example::
+
+        >>> fsdp_wraps(dp_shard=1, cp=1, tp=4, pp=1, mixed_precision_param="float32")
+        False
+    """
+    return (
+        dp_shard > 1
+        or cp > 1
+        or fsdp_for_precision(tp=tp, pp=pp, mixed_precision_param=mixed_precision_param)
+    )
+
+
+def compiles_model(enable: bool, components: list[str]) -> bool:
+    """Whether ``torch.compile`` compiles the model's blocks: ``compile.enable`` with "model" in
+    ``compile.components`` (torchtitan compiles the loss alone otherwise)."""
+    return enable and "model" in components
+
+
 def cudagraphs_problem(
     cudagraphs: bool,
     *,

@@ -62,9 +62,10 @@ def probe() -> None:
 
 @pytest.mark.slow  # passed on torch 2.11.0 (what GPU images ship) and 2.14.1 too, 2026-11-26
 def test_compiled_blocks_read_their_weights_as_static_inputs_and_write_none(tmp_path):
-    # Its own inductor cache: a graph compiled here, on the fake process group, and loaded from a shared
-    # cache by a gloo run of the same layout named a process group that run does not have (seen with the
-    # feature matrix's SimpleFSDP run under inductor).
+    # Its own inductor cache: the graphs recorded are this run's own compiles. (A shared cache once handed
+    # a graph compiled here, on the fake process group, to a gloo run of the same layout, which stopped on
+    # a process group it does not have: AOTAutograd's cache, now off for multi-rank runs,
+    # torch_private.keep_ranks_compiled_graphs_apart.)
     env = dict(os.environ, OMP_NUM_THREADS="1", TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor-cache"))
     proc = subprocess.run(
         [sys.executable, "-m", "tests.end_to_end.test_cudagraph_inputs"],

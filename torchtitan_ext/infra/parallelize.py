@@ -49,7 +49,7 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
             f"Applied {cfg.tp_scheme} tensor parallelism (degree {parallel_dims.tp}, norm {cfg.norm})"
         )
 
-    compile_model = job_config.compile.enable and "model" in job_config.compile.components
+    compile_model = rules.compiles_model(job_config.compile.enable, job_config.compile.components)
     # One switch: boost.activation_checkpoint (the preflight refuses torchtitan's own [activation_checkpoint]
     # mode beside it). "full" is torchtitan's whole-block AC, applied by torchtitan's own code.
     ac_mode = cfg.activation_checkpoint
@@ -156,8 +156,15 @@ def fsdp_for_precision(parallel_dims: ParallelDims, mixed_precision_param: str) 
 
 
 def fsdp_wraps(parallel_dims: ParallelDims, mixed_precision_param: str) -> bool:
-    """Whether FSDP2 wraps the model: for data parallelism, or for its mixed precision at degree 1."""
-    return parallel_dims.fsdp_enabled or fsdp_for_precision(parallel_dims, mixed_precision_param)
+    """Whether FSDP wraps the model: for data parallelism, or for its mixed precision at degree 1
+    (``boost.training.rules.fsdp_wraps``)."""
+    return rules.fsdp_wraps(
+        dp_shard=parallel_dims.dp_shard,
+        cp=parallel_dims.cp,
+        tp=parallel_dims.tp,
+        pp=parallel_dims.pp,
+        mixed_precision_param=mixed_precision_param,
+    )
 
 
 def compute_precision(

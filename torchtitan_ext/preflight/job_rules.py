@@ -82,17 +82,19 @@ class JobContext:
 
     @property
     def fsdp_wraps(self) -> bool:
-        """Whether FSDP wraps the model: data parallelism that shards (or CP), or the mixed precision
-        of TP/PP at a shard degree of 1 (``torchtitan_ext.infra.parallelize.fsdp_wraps``)."""
+        """Whether FSDP wraps the model (``boost.training.rules.fsdp_wraps``)."""
         par = self.job.parallelism
-        shard_degree = self.dp // max(1, par.data_parallel_replicate_degree)
-        return (
-            shard_degree > 1
-            or par.context_parallel_degree > 1
-            or rules.fsdp_for_precision(
-                tp=self.tp, pp=self.pp, mixed_precision_param=self.job.training.mixed_precision_param
-            )
+        return rules.fsdp_wraps(
+            dp_shard=self.dp // max(1, par.data_parallel_replicate_degree),
+            cp=par.context_parallel_degree,
+            tp=self.tp,
+            pp=self.pp,
+            mixed_precision_param=self.job.training.mixed_precision_param,
         )
+
+    @property
+    def compiled_model(self) -> bool:
+        return rules.compiles_model(self.job.compile.enable, self.job.compile.components)
 
     @property
     def microbatches(self) -> int:
@@ -410,7 +412,7 @@ RULES: tuple[Rule, ...] = (
         "simple_fsdp: compiled model, no PP, HSDP, CPU offload or LORO, reshard policy default",
         lambda c: rules.simple_fsdp_problem(
             c.boost.fsdp,
-            compiled=c.job.compile.enable and "model" in c.job.compile.components,
+            compiled=c.compiled_model,
             pp=c.pp,
             dp_replicate=c.job.parallelism.data_parallel_replicate_degree,
             cpu_offload=c.job.training.enable_cpu_offload,
@@ -588,7 +590,7 @@ RULES: tuple[Rule, ...] = (
         "compiled (inductor), SimpleFSDP where FSDP wraps, one micro-batch, no PP, DDP/HSDP, CPU offload or LORO",
         lambda c: rules.cudagraphs_problem(
             c.boost.cudagraphs,
-            compiled=c.job.compile.enable and "model" in c.job.compile.components,
+            compiled=c.compiled_model,
             backend=c.job.compile.backend,
             fsdp=c.boost.fsdp,
             fsdp_wraps=c.fsdp_wraps,

@@ -33,6 +33,7 @@ from boost.training.model.args import FLAVORS
 from boost.training.options import BoostOptions
 from boost.training.rules import (
     RESHARD_POLICIES,
+    compiles_model,
     data_parallel_degree,
     reshards_after_forward,
     resolve_rank,
@@ -127,7 +128,7 @@ class TrainingLayout:
             local_batch_size=need(training, "training", "local_batch_size"),
             pp_microbatch_size=par.get("pipeline_parallel_microbatch_size", 1),  # torchtitan's default
             dtype_bytes=DTYPE_BYTES[precision],
-            compiled=compile_.get("enable", False) and "model" in compile_.get("components", ["model"]),
+            compiled=compiles_model(compile_.get("enable", False), compile_.get("components", ["model"])),
             vocab_size=boost.get("tokenizer_vocab_size", defaults.tokenizer_vocab_size),
             reshard_policy=reshard,
         )
