@@ -24,6 +24,7 @@ from torchtitan.train import Trainer, main
 from boost.runtime.process_exit import exit_finished_process
 from boost.training.parallel.grad_norm import clip_grads_with_norm_, local_grad_norm_applies, total_grad_norm
 from boost.training.rules import MODEL_NAME
+from torchtitan_ext.dry_run_tokens import dry_run_vocab_share, fold_tokens
 from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, prepare_resume
 from torchtitan_ext.guards.checkpoint_identity import model_identity
 from torchtitan_ext.guards.checkpoint_manager import BoostCheckpointManager
@@ -90,6 +91,10 @@ class BoostTrainer(Trainer):
             resume_plan=resume_plan,
         )
         self.stop.device = self.device
+        # a dry run's token ids within rank 0's vocabulary shard (why: torchtitan_ext.dry_run_tokens)
+        self._dry_run_vocab_share = dry_run_vocab_share(
+            job_config.comm.mode == "fake_backend", self.model_args.vocab_size, self.parallel_dims.tp
+        )
         self._start_step: int | None = None
         self._first_step_done = False
         self._params: list[torch.nn.Parameter] | None = None
@@ -123,6 +128,10 @@ class BoostTrainer(Trainer):
         local_valid_tokens = torch.tensor(0, dtype=torch.int64)
         for _ in range(self.gradient_accumulation_steps):
             input_dict, labels = next(data_iterator)
+            if self._dry_run_vocab_share is not None:
+                input_dict["input"], labels = fold_tokens(
+                    input_dict["input"], labels, self._dry_run_vocab_share
+                )
             local_valid_tokens += (labels != IGNORE_INDEX).sum()
             microbatches.append((input_dict, labels))
         local_valid_tokens = local_valid_tokens.to(self.device)
