@@ -71,7 +71,14 @@ class BatchedUp(nn.Module):
         # slice of one bmm, and unbinding it costs nothing in backward (selecting members out of
         # a (..., G, d_out) result would zero-fill a full-size gradient per member).
         g, r = u.shape[0], u.shape[-1]
-        y = _BatchedUpGEMM.apply(u.reshape(g, -1, r), self.weight)  # (G, tokens, d_out)
+        weight = self.weight
+        if torch.is_autocast_enabled(u.device.type):
+            # Autocast casts inside the forward of a custom Function but never enters its backward, which
+            # would meet the float32 weight it saved with a bfloat16 gradient. Cast here, in autograd's
+            # view: the Function sees one dtype both ways, and autograd casts the weight's gradient back.
+            dtype = torch.get_autocast_dtype(u.device.type)
+            u, weight = u.to(dtype), weight.to(dtype)
+        y = _BatchedUpGEMM.apply(u.reshape(g, -1, r), weight)  # (G, tokens, d_out)
         return y.view(*u.shape[:-1], y.shape[-1])
 
 
