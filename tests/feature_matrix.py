@@ -55,6 +55,16 @@ REFERENCES: dict[str, tuple[int, tuple[str, ...]]] = {  # data-parallel degree -
 }
 
 
+def model(scheme: str, lax: bool = False) -> tuple[str, ...]:
+    """The overrides of the model ``scheme`` trains: its ``MODELS`` entry, or LaX for it (``lax``: the
+    low-rank schemes' CoLA model with the authors' latent crossing, the default gate)."""
+    if not lax:
+        return MODELS[scheme]
+    args = list(MODELS[scheme])
+    args[args.index("cola")] = "lax"
+    return tuple(args)
+
+
 @dataclass(frozen=True)
 class Row:
     scheme: str
@@ -63,19 +73,26 @@ class Row:
     layout: str
     precision: str = "float32"  # training.mixed_precision_param; the reference is always float32
     fsdp: str = "fully_shard"  # boost.fsdp, where FSDP wraps
+    lax: bool = False  # LaX instead of CoLA (btp and vanilla rows)
 
     @property
     def name(self) -> str:
         name = f"{self.scheme}-{'compiled' if self.compiled else 'eager'}-ac_{self.ac}-{self.layout}"
         name = name if self.precision == "float32" else f"{name}-{self.precision}"
-        return name if self.fsdp == "fully_shard" else f"{name}-{self.fsdp}"
+        name = name if self.fsdp == "fully_shard" else f"{name}-{self.fsdp}"
+        return f"lax-{name}" if self.lax else name
 
     @property
     def reference(self) -> str:
         return "fsdp2" if self.layout == "fsdp×tp" else "1"
 
     def overrides(self) -> list[str]:
-        args = [*MODELS[self.scheme], *LAYOUTS[self.layout][1], "--boost.activation_checkpoint", self.ac]
+        args = [
+            *model(self.scheme, self.lax),
+            *LAYOUTS[self.layout][1],
+            "--boost.activation_checkpoint",
+            self.ac,
+        ]
         if self.compiled:
             args += ["--compile.enable", "--compile.backend", "aot_eager"]
         if self.precision != "float32":
@@ -104,6 +121,15 @@ SUPPORTED: list[Row] = [
     # FSDP's gathers and reductions traced into the compiled blocks (SimpleFSDP); btp with low-rank AC in
     # fp32 is held to FSDP2 under inductor, the shipped backend (test_feature_matrix.py's GPU rows' layout)
     Row("megatron", True, "full", "fsdp×tp", "bfloat16", fsdp="simple_fsdp"),
+    # LaX (the authors' gated, normalised crossing) on each scheme and layout CoLA runs: its carry crosses
+    # pipeline stages, its norm and gate are recomputed by low-rank AC, FSDP shards them, compile traces them
+    Row("btp", True, "lowrank", "tp", lax=True),
+    Row("btp", True, "lowrank", "fsdp×tp", lax=True),
+    Row("btp", False, "lowrank", "pp×tp", lax=True),
+    Row("vanilla", True, "full", "tp", lax=True),
+    Row("vanilla", False, "none", "fsdp×tp", lax=True),
+    Row("vanilla", False, "full", "pp×tp", lax=True),
+    Row("btp", True, "none", "fsdp×tp", "bfloat16", fsdp="simple_fsdp", lax=True),
 ]
 
 # Refused before any process starts: (processes, overrides, a phrase the refusal must contain).
@@ -127,7 +153,6 @@ REFUSED: list[tuple[int, tuple[str, ...], str]] = [
     (1, ("--activation_checkpoint.mode", "full"), "activation_checkpoint.mode"),  # one AC switch
     (2, (*LAYOUTS["tp"][1], "--boost.no-group-linears"), "boost.norm"),  # online needs one reader per norm
     (2, (*LAYOUTS["tp"][1], "--boost.tp_scheme", "vanilla", "--boost.norm", "sync"), "boost.group_linears"),
-    (4, (*LAYOUTS["pp×tp"][1], "--boost.linear", "lax"), "parallelism.pipeline_parallel_degree"),
     (4, (*LAYOUTS["fsdp×tp"][1], "--boost.fsdp", "simple_fsdp"), "boost.fsdp"),  # not compiled
     # CUDA graphs replay fixed addresses: FSDP2 gathers into new memory outside the graphs
     (4, (*LAYOUTS["fsdp×tp"][1], "--compile.enable", "--boost.cudagraphs"), "boost.cudagraphs"),

@@ -68,8 +68,8 @@ class JobConfig:
 def linear_kind_overrides(linear: str, toml_values: dict) -> list[str]:
     """The command-line overrides that turn a shipped flavor TOML (CoLA, BTP) into one of ``linear``.
 
-    The kind's TP scheme (``boost.training.rules.KINDS``), "full" AC where "lowrank" no longer applies, and no
-    pipeline split for a kind that cannot be pipelined — the lines each TOML's header lists.
+    The kind's TP scheme (``boost.training.rules.KINDS``) and "full" AC where "lowrank" no longer applies —
+    the lines each TOML's header lists.
 
     Example::
 
@@ -85,6 +85,4 @@ def linear_kind_overrides(linear: str, toml_values: dict) -> list[str]:
         kind.tp_scheme, tp
     ):
         overrides += ["--boost.activation_checkpoint", "full"]
-    if toml_values["parallelism"]["pipeline_parallel_degree"] > 1 and not kind.pipelines:
-        overrides += ["--parallelism.pipeline_parallel_degree", "1"]
     return overrides

@@ -52,8 +52,8 @@ class JobTransformer(Transformer):
     """``boost.Transformer`` with the mask hook torchtitan's validator calls on every model, and the
     ``attention_masks`` keyword its trainer and validator pass to forward (always ``None`` here)."""
 
-    def forward(self, tokens: torch.Tensor, attention_masks: None = None) -> torch.Tensor:
-        return super().forward(tokens)
+    def forward(self, tokens: torch.Tensor, *carried: torch.Tensor, attention_masks: None = None):
+        return super().forward(tokens, *carried)
 
     def get_attention_masks(self, input_batch, tokenizer, extra_inputs=None) -> None:
         # Causal attention only (SDPA's is_causal): there is no mask to build.

@@ -16,7 +16,7 @@ Example::
 
 from __future__ import annotations
 
-from boost.training.rules import SCHEMES
+from boost.training.rules import KINDS, SCHEMES
 
 Volume = dict[str, tuple[int, int]]  # collective kind -> (count, elements)
 Collectives = list[tuple[str, int]]  # one entry per collective: (kind, columns per token)
@@ -38,11 +38,19 @@ def _bottleneck(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, 
 
 def _rank_sharded(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, Collectives]:
     """vanilla: every B's partial output all-reduced at full width going forward; coming back, the input
-    gradient of each column-parallel A (attention's, o's, the MLP's and down's inputs)."""
+    gradient of each column-parallel A (attention's, o's, the MLP's and down's inputs). LaX adds an
+    r-wide all-gather per bottleneck each way (its norm and gate read the whole latent)."""
     d, f = args.dim, args.ffn_dim
     kv = args.kv_heads * args.head_dim
     b_outputs, a_inputs = (d, kv, kv, d, f, f, d), (d, d, d, f)
-    return [("all_reduce", width) for width in b_outputs], [("all_reduce", width) for width in a_inputs]
+    forward, backward = [("all_reduce", w) for w in b_outputs], [("all_reduce", w) for w in a_inputs]
+    if KINDS[args.linear].latent_crossing:
+        # LaX's norm and gate read the whole latent: each of the 7 is gathered going forward (r/t -> r), and
+        # coming back the up-projection's r/t input-gradient is gathered into the whole latent's
+        # (``boost.training.parallel.tp_plans.rank_sharded_crossing_plan``; every block, the first too)
+        forward += [("all_gather", args.rank)] * 7
+        backward += [("all_gather", args.rank)] * 7
+    return forward, backward
 
 
 def _dense(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, Collectives]:

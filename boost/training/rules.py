@@ -12,8 +12,8 @@ job naming the field, the planner skips the layout, ``apply_tp`` raises ``ValueE
 
 Example::
 
-    >>> KINDS["lax"].pipelines, KINDS["cola"].latent_activation, KINDS["full"].tp_scheme
-    (False, True, 'megatron')
+    >>> KINDS["lax"].latent_crossing, KINDS["cola"].latent_activation, KINDS["full"].tp_scheme
+    (True, True, 'megatron')
     >>> SCHEMES["btp"].residual_width(4096, tp=4), SCHEMES["vanilla"].residual_width(4096, tp=4)
     (1024, 4096)
     >>> resolve_rank(dim=4096, rank=0, rank_ratio=0.25)
@@ -24,6 +24,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 
@@ -37,14 +38,10 @@ class LinearKind:
     latent_activation: bool
     """σ on the r-wide latent (CoLA's ``B·σ(A·x)``); the MLP then drops SwiGLU's full-width SiLU."""
     latent_crossing: bool
-    """LaX: each block's latents are added into the next block's, a carry from block to block."""
+    """LaX: each block's latents cross into the next block's, a carry from block to block
+    (``boost.training.model.latent_crossing``: gated, layer-normalised, before σ)."""
     tp_scheme: str
     """The tensor-parallel scheme its configs use: BTP for low-rank kinds, Megatron for the dense baseline."""
-
-    @property
-    def pipelines(self) -> bool:
-        """Whether the model can be cut into pipeline stages: a stage boundary would cut LaX's carry."""
-        return not self.latent_crossing
 
     @property
     def factors_form_weight(self) -> bool:
@@ -176,6 +173,35 @@ def tp_scheme(name: str) -> TPScheme:
     if name not in SCHEMES:
         raise ValueError(f"boost.tp_scheme = {name!r} is unknown; choose one of {TP_SCHEMES}")
     return SCHEMES[name]
+
+
+LAX_GATES = ("tensorized", "linear", "none")
+"""LaX's gate on the carried latent (``boost.lax_gate``): tensorized (a Kronecker pair of small square
+factors over r = a·b, the LaX authors' default), linear (r×r with a bias), none (the carry as it is)."""
+
+
+def most_balanced_factor_pair(n: int) -> tuple[int, int]:
+    """``(a, b)`` with ``a·b = n``, ``a ≤ b`` and ``b - a`` least: the tensorized LaX gate's factors over the
+    rank (the LaX authors' ``most_balanced_factor_pair``).
+
+    Example::
+
+        >>> most_balanced_factor_pair(256), most_balanced_factor_pair(128), most_balanced_factor_pair(1024)
+        ((16, 16), (8, 16), (32, 32))
+    """
+    if n < 1:
+        raise ValueError(f"most_balanced_factor_pair: {n} is not a positive integer")
+    a = math.isqrt(n)
+    while n % a:
+        a -= 1
+    return a, n // a
+
+
+def lax_gate(name: str) -> str:
+    """``name`` if it is one of ``LAX_GATES``; ``ValueError`` naming the choices otherwise."""
+    if name not in LAX_GATES:
+        raise ValueError(f"boost.lax_gate = {name!r} is unknown; choose one of {LAX_GATES}")
+    return name
 
 
 NORM_MODES = ("online", "sync", "local")
@@ -508,11 +534,9 @@ def activation_checkpoint_problem(mode: str, tp_scheme: str, tp: int) -> str | N
 
 
 def pipeline_problem(linear: str, pp: int, n_layers: int) -> str | None:
-    """At most one stage per layer, and no stage boundary through LaX's carry."""
+    """At most one stage per layer (LaX's carry crosses stage boundaries with the residual stream)."""
     if pp > 1 and pp > n_layers:
         return f"more stages than the {n_layers} layers"
-    if pp > 1 and not KINDS[linear].pipelines:
-        return f"{linear} carries latents across blocks: use 1, or another boost.linear"
     return None
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.feature_matrix import LAYOUTS, MODELS, REFERENCES, REFUSED, SUPPORTED, Row
+from tests.feature_matrix import LAYOUTS, MODELS, REFERENCES, REFUSED, SUPPORTED, Row, model
 from tests.suite_once import once_per_suite
 from tests.trainer import ROOT, losses, train
 
@@ -62,18 +62,18 @@ def assert_same_curve(got: dict[int, float], want: dict[int, float], rtol: float
 def reference_losses(tmp_path_factory):
     """Reference curves, one per (scheme's model, data-parallel degree), computed once a suite when first
     asked (``tests/suite_once.py``: the rows run on every xdist worker)."""
-    cache: dict[tuple[str, str], dict[int, float]] = {}
+    cache: dict[tuple[str, str, bool], dict[int, float]] = {}
 
-    def get(scheme: str, reference: str) -> dict[int, float]:
-        if (scheme, reference) not in cache:
+    def get(scheme: str, reference: str, lax: bool = False) -> dict[int, float]:
+        if (scheme, reference, lax) not in cache:
             ngpu, layout = REFERENCES[reference]
             _, log = once_per_suite(
                 tmp_path_factory,
-                f"ref-{scheme}-{reference}",
-                lambda folder: train(folder, *COMMON, *MODELS[scheme], *layout, ngpu=ngpu, steps=STEPS),
+                f"ref-{scheme}-{reference}" + ("-lax" if lax else ""),
+                lambda folder: train(folder, *COMMON, *model(scheme, lax), *layout, ngpu=ngpu, steps=STEPS),
             )
-            cache[scheme, reference] = losses(log)
-        return cache[scheme, reference]
+            cache[scheme, reference, lax] = losses(log)
+        return cache[scheme, reference, lax]
 
     return get
 
@@ -121,7 +121,7 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_pat
     else:
         assert re.search(r"comm/step: .*all_reduce \d+× [\d.]+ [KM]iB", log), log[-3000:]
         _assert_tensorboard_has_comm_metrics(tmp_path / "out" / "tb")
-    got, want = losses(log), reference_losses(row.scheme, row.reference)
+    got, want = losses(log), reference_losses(row.scheme, row.reference, row.lax)
     assert_same_curve(got, want, RTOL if row.precision == "float32" else BF16_RTOL)
     if row.name == PROFILED_ROW:
         traces = list((tmp_path / "out" / "profile_traces" / "iteration_4").glob("rank*_trace.json"))

@@ -23,6 +23,7 @@ CASES = [  # (kind, scheme, grouped, norm, sequence_parallel)
     ("svd", "btp", False, "online", False),
     ("lax", "btp", True, "online", False),
     ("cola", "vanilla", False, "online", False),
+    ("lax", "vanilla", False, "online", False),
     ("full", "megatron", False, "online", False),
     ("full", "megatron", False, "online", True),
 ]

@@ -32,19 +32,22 @@ PARITY_CASES = [
     ("cola", "btp", True, "sync", False),
     ("lax", "btp", True, "online", False),
     ("cola", "btp", False, "online", False),
-    ("lax", "btp", False, "sync", False),
+    ("lax/linear", "btp", False, "sync", False),
     ("svd", "vanilla", False, "online", False),
     ("cola", "vanilla", False, "online", False),
     ("lax", "vanilla", False, "online", False),
+    ("lax/none", "vanilla", False, "online", False),
     ("full", "megatron", False, "online", False),
     ("full", "megatron", False, "online", True),
 ]
 
 
 def _args(kind: str, grouped: bool, n_kv_heads: int | None = None, n_layers: int = 2) -> ModelArgs:
+    linear, _, lax_gate = kind.partition("/")  # "lax/linear": LaX with that gate (default: tensorized)
     return ModelArgs.from_flavor(
         "debug",
-        linear=kind,
+        linear=linear,
+        lax_gate=lax_gate or "tensorized",
         vocab_size=VOCAB,
         n_layers=n_layers,
         group_linears=grouped,

@@ -23,7 +23,12 @@ def closed_form_params(args: ModelArgs) -> int:
             if args.low_rank
             else (2 * d * d + 2 * d * kv + 3 * d * f)
         )
-    return l * (block + 2 * d) + 2 * v * d + d  # + per-layer norms, untied embedding and head, final norm
+    crossing = 0
+    if args.linear == "lax":  # every block but the first: 7 members, each a LayerNorm (2r) and a gate
+        a = max(x for x in range(1, int(r**0.5) + 1) if r % x == 0)  # the most balanced pair a·b = r
+        gate = {"tensorized": a * a + (r // a) ** 2, "linear": r * r + r, "none": 0}[args.lax_gate]
+        crossing = (l - 1) * 7 * (2 * r + gate)
+    return l * (block + 2 * d) + 2 * v * d + d + crossing  # + per-layer norms, embedding, head, final norm
 
 
 @pytest.mark.parametrize("flavor", list(FLAVORS))
@@ -51,10 +56,20 @@ def test_flops_count_factor_shapes():
     assert flops_per_token(low, s) == 6 * (l * (8 * d * r + 3 * r * (d + f)) + d * v) + 12 * l * d * s
 
 
-@pytest.mark.parametrize("kind", ("svd", "cola", "lax"))
-def test_grouped_and_ungrouped_compute_the_same_function(kind):
-    args = ModelArgs.from_flavor("debug", linear=kind, vocab_size=512, n_layers=2, max_seq_len=32)
+@pytest.mark.parametrize(
+    "kind,lax_gate",
+    [("svd", "tensorized"), ("cola", "tensorized"), *(("lax", g) for g in ("tensorized", "linear", "none"))],
+)
+def test_grouped_and_ungrouped_compute_the_same_function(kind, lax_gate):
+    args = ModelArgs.from_flavor(
+        "debug", linear=kind, vocab_size=512, n_layers=3, max_seq_len=32, lax_gate=lax_gate
+    )
     grouped = Transformer(args).double()
+    with torch.no_grad():  # off the init (norms at one, LaX's at one and zero): a mapping mix-up shows
+        for p in grouped.parameters():
+            p.add_(
+                0.05 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel()), dtype=p.dtype)
+            )
     flat_args = dataclasses.replace(args, group_linears=False)
     with torch.device("meta"):
         flat = Transformer(flat_args)
@@ -70,14 +85,17 @@ def test_grouped_and_ungrouped_compute_the_same_function(kind):
         assert torch.equal(back[name], tensor), name
 
 
-def test_grouped_and_ungrouped_initialise_identically():
+@pytest.mark.parametrize("kind,lax_gate", [("cola", "tensorized"), ("lax", "tensorized"), ("lax", "linear")])
+def test_grouped_and_ungrouped_initialise_identically(kind, lax_gate):
     # Init is seeded per canonical projection name, so grouping does not change the initial model.
     tokens = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
     outs = []
     for grouped in (True, False):
         torch.manual_seed(3)
-        model = Transformer(ModelArgs.from_flavor("debug", vocab_size=512, n_layers=2, group_linears=grouped))
-        outs.append(model(tokens))
+        args = ModelArgs.from_flavor(
+            "debug", linear=kind, vocab_size=512, n_layers=2, group_linears=grouped, lax_gate=lax_gate
+        )
+        outs.append(Transformer(args)(tokens))
     torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
 
 

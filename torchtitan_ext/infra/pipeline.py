@@ -10,15 +10,17 @@ the first step: it runs one micro-batch forward and backward and sends the shape
 (``input_args`` / ``output_args`` as meta tensors) and the schedule starts from them:
 
     stage           input                      output
-    first           token ids  [mb, s]  int64  residual stream
-    middle          residual stream            residual stream
-    last            residual stream            logits [mb, s, V] (a Shard(-1) DTensor under loss-parallel TP)
+    first           token ids  [mb, s]  int64  residual stream (+ LaX's latents)
+    middle          residual stream (+ latents) residual stream (+ latents)
+    last            residual stream (+ latents) logits [mb, s, V] (a Shard(-1) DTensor under loss-parallel TP)
 
     residual stream ``SCHEMES[tp_scheme].residual_shape``: [mb, s, d/t] under BTP (sharded on d),
                     [mb, s/t, d] under Megatron with sequence parallel, else [mb, s, d]; in the dtype
                     the blocks compute in: FSDP's ``mixed_precision_param`` where FSDP2 wraps the
                     model (at a shard degree of 1 too: ``parallelize.fsdp_wraps``), else
                     ``training.dtype`` (torchtitan runs no autocast under PP)
+    latents         LaX only: each bottleneck's latent ``[mb, s, G·r]`` (``carry_keys``: qkv, o, gate_up,
+                    down grouped; q ... down ungrouped), whole on every TP rank, in the residual's dtype
 
 Validation runs the same schedule on micro-batches of ``validation.local_batch_size /
 n_microbatches`` × ``validation.seq_len``: the stage holds a second set of shapes for it, and
@@ -67,7 +69,8 @@ from torchtitan.distributed.pipeline_parallel import build_pipeline_schedule, ge
 from torchtitan.protocols.train_spec import BaseModelArgs, ParallelizeFunction
 from torchtitan.tools.logging import logger
 
-from boost.training.rules import SCHEMES, linear_kind, pipeline_stage_count, pipeline_stages_problem
+from boost.training.model.model import carry_keys
+from boost.training.rules import KINDS, SCHEMES, pipeline_stage_count, pipeline_stages_problem
 from torchtitan_ext.infra.parallelize import fsdp_wraps
 from torchtitan_ext.torch_private import (
     PipelineSchedule,
@@ -164,10 +167,20 @@ def stage_examples(
     mixed = job_config.training.mixed_precision_param
     dtype = TORCH_DTYPE_MAP[mixed if fsdp_wraps(parallel_dims, mixed) else job_config.training.dtype]
     hidden = torch.empty(residual, dtype=dtype, device="meta", requires_grad=training)
+    # LaX: the latents the blocks carry cross the boundary beside the residual stream, whole on every
+    # TP rank (replicated after BTP's all-reduce; gathered under vanilla), one per bottleneck
+    carried = tuple(
+        torch.empty(micro_batch, seq_len, width, dtype=dtype, device="meta", requires_grad=training)
+        for width in carry_widths(model_args)
+    )
     first, last = stage_index == 0, stage_index == num_stages - 1
-    inputs = torch.empty(micro_batch, seq_len, dtype=torch.int64, device="meta") if first else hidden
+    inputs = (
+        (torch.empty(micro_batch, seq_len, dtype=torch.int64, device="meta"),)
+        if first
+        else (hidden, *carried)
+    )
     if not last:
-        return (inputs,), (hidden,)
+        return inputs, (hidden, *carried)
     if tp > 1 and not job_config.parallelism.disable_loss_parallel:
         local = torch.empty(micro_batch, seq_len, vocab // tp, dtype=dtype, device="meta")
         logits = DTensor.from_local(
@@ -180,7 +193,15 @@ def stage_examples(
         )
     else:
         logits = torch.empty(micro_batch, seq_len, vocab, dtype=dtype, device="meta")
-    return (inputs,), (logits,)
+    return inputs, (logits,)
+
+
+def carry_widths(model_args: BaseModelArgs) -> tuple[int, ...]:
+    """The widths of the latents a LaX model part hands the next (``carry_keys`` order), none otherwise."""
+    if not KINDS[model_args.linear].latent_crossing:
+        return ()
+    grouped = {"qkv": 3, "gate_up": 2}
+    return tuple(grouped.get(key, 1) * model_args.rank for key in carry_keys(model_args))
 
 
 def _microbatch_shapes(job_config: JobConfig) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -286,11 +307,6 @@ def pipeline_boost(
     (a ``DryRunStage`` on a dry run's fake process group), and one schedule over them with the loss per
     token. Returns what ``pipeline_llm`` does: the schedule, the model parts, and whether this rank holds
     the first and the last stage."""
-    if not linear_kind(model_args.linear).pipelines:  # the preflight refuses it first
-        raise ValueError(
-            "boost.linear = lax carries latents between blocks and cannot be split into pipeline stages; "
-            "use parallelism.pipeline_parallel_degree = 1 or another linear kind"
-        )
     par = job_config.parallelism
     pp_mesh = parallel_dims.get_mesh("pp")
     pp_rank, pp = pp_mesh.get_local_rank(), pp_mesh.size()

@@ -9,7 +9,7 @@ _TORCH_EXPORTS = {
     "BatchedUp": "boost.training.model.linears",
     "Bottleneck": "boost.training.model.linears",
     "KVCache": "boost.training.model.kv_cache",
-    "LatentCrossing": "boost.training.model.linears",
+    "LatentCrossing": "boost.training.model.latent_crossing",
     "RMSNorm": "boost.training.model.linears",
     "Transformer": "boost.training.model.model",
     "TransformerBlock": "boost.training.model.model",

@@ -5,7 +5,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from boost.training.rules import DEFAULT_RANK_RATIO, KINDS, linear_kind, rank_problem, resolve_rank
+from boost.training.rules import (
+    DEFAULT_RANK_RATIO,
+    KINDS,
+    lax_gate,
+    linear_kind,
+    most_balanced_factor_pair,
+    rank_problem,
+    resolve_rank,
+)
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,8 @@ class ModelArgs:
     # CoLA's "only low-rank activation": the MLP is down(gate(x) * up(x)) with no full-width SiLU,
     # because gate's latent already went through σ. The svd kind keeps SwiGLU's SiLU.
     only_lr_act: bool = True
+    # LaX only: the gate on the carried latent (boost.training.rules.LAX_GATES; the LaX authors' default)
+    lax_gate: str = "tensorized"
     tie_embeddings: bool = False
     # Seed of the initial weights; None uses torch.initial_seed(). The trainer sets it from
     # debug.seed so that pipeline stages (which torchtitan seeds differently) agree.
@@ -124,6 +134,7 @@ class ModelArgs:
     def check(self) -> None:
         """Raise ``ValueError`` naming the field and the fix for inconsistent shapes."""
         linear_kind(self.linear)
+        lax_gate(self.lax_gate)
         for name in ("dim", "n_layers", "n_heads", "vocab_size", "ffn_dim"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model {name} = {getattr(self, name)} must be positive")
@@ -138,8 +149,17 @@ class ModelArgs:
             raise ValueError(f"boost.rank = {self.rank}: {problem}; try boost.rank_ratio = 0.25")
 
 
+def lax_gate_macs(rank: int, gate: str) -> int:
+    """Multiply-adds a token of one LaX gate costs: ``r·(a + b)`` for the tensorized pair (``Dᵀ·R·E``,
+    ``r = a·b``), ``r²`` for the linear gate, none for the identity."""
+    if gate == "tensorized":
+        return rank * sum(most_balanced_factor_pair(rank))
+    return rank * rank if gate == "linear" else 0
+
+
 def matmul_params(args: ModelArgs) -> int:
-    """Weights that take part in a GEMM per token: the block projections (by factor shapes) and the LM head."""
+    """Weights that take part in a GEMM per token: the block projections (by factor shapes), LaX's gates
+    (as their multiply-adds a token: every block but the first, seven projections each) and the LM head."""
     d, f, r = args.dim, args.ffn_dim, args.rank
     kv = args.kv_heads * args.head_dim
     shapes = [(d, d), (d, kv), (d, kv), (d, d), (d, f), (d, f), (f, d)]  # q k v o gate up down
@@ -147,7 +167,10 @@ def matmul_params(args: ModelArgs) -> int:
         per_layer = sum(d_in * r + r * d_out for d_in, d_out in shapes)
     else:
         per_layer = sum(d_in * d_out for d_in, d_out in shapes)
-    return args.n_layers * per_layer + d * args.vocab_size
+    crossing = 0
+    if KINDS[args.linear].latent_crossing:
+        crossing = (args.n_layers - 1) * len(shapes) * lax_gate_macs(r, args.lax_gate)
+    return args.n_layers * per_layer + crossing + d * args.vocab_size
 
 
 def flops_per_token(args: ModelArgs, seq_len: int) -> int:

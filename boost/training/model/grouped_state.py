@@ -4,7 +4,8 @@ Per-projection names are those of a model built with ``group_linears = False``:
 ``layers.{i}.attention.wq.down.weight``, ``...wq.up.0.weight``, ``layers.{i}.attention_norm.weight``.
 The grouped model stores ``attention.wqkv`` (q/k/v) and ``feed_forward.w13`` (gate/up): one down
 factor ``[Σ r, d]`` with the members' rows stacked, up factors batched ``[G, d_out, r]`` where the
-members' shapes are equal, and the pre-norm inside (``wqkv.norm.weight``).
+members' shapes are equal, and the pre-norm inside (``wqkv.norm.weight``). A LaX crossing's norm and gate
+hold one entry per member along dim 0 (``wqkv.latent.norm_weight [3, r]``, ``wq.latent.norm_weight [1, r]``).
 
 Example::
 
@@ -57,7 +58,16 @@ def to_ungrouped(state_dict: dict[str, torch.Tensor], args: ModelArgs) -> dict[s
                 for k, m in enumerate(group):
                     out[f"layers.{i}.{targets[m]}.up.0.weight"] = w[k] if isinstance(unit, BatchedUp) else w
             out[f"layers.{i}.{norm}.weight"] = out.pop(f"{g}.norm.weight")
+            for name in _crossing_names(out, g):  # LaX: each member's norm and gate, along dim 0
+                for target, part in zip(targets, out.pop(f"{g}.latent.{name}").split(1, dim=0)):
+                    out[f"layers.{i}.{target}.latent.{name}"] = part
     return out
+
+
+def _crossing_names(state_dict: dict[str, torch.Tensor], module: str) -> list[str]:
+    """The LaX crossing's parameter names under ``module`` (none for other kinds and LaX's block 0)."""
+    prefix = f"{module}.latent."
+    return [k.removeprefix(prefix) for k in state_dict if k.startswith(prefix)]
 
 
 def to_grouped(state_dict: dict[str, torch.Tensor], args: ModelArgs) -> dict[str, torch.Tensor]:
@@ -76,4 +86,8 @@ def to_grouped(state_dict: dict[str, torch.Tensor], args: ModelArgs) -> dict[str
                     torch.stack([ups[m] for m in group]) if isinstance(unit, BatchedUp) else ups[group[0]]
                 )
             out[f"{g}.norm.weight"] = out.pop(f"layers.{i}.{norm}.weight")
+            for name in _crossing_names(out, f"layers.{i}.{targets[0]}"):
+                out[f"{g}.latent.{name}"] = torch.cat(
+                    [out.pop(f"layers.{i}.{t}.latent.{name}") for t in targets]
+                )
     return out

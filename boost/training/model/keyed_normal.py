@@ -7,7 +7,7 @@ alone, in any chunks, on any device, and agree with the whole:
     row word      b_i = mix(mix(i ^ k2) ^ k3)      over the box's rows (a vector)
     element       h_ij = mix(b_i + c_j mod 2^32)   32 random bits, one mix an element
     uniform       x = (2·(h >> 8) + 1) / 2^24 - 1  odd multiples of 2^-24 in (-1, 1), exact in float32
-    normal        √2 · erfinv(x)                   |z| ≤ 5.4
+    normal        √2 · erfinv(x)                   |z| ≤ 5.4   (or √3 · x: unit variance, uniform)
 
 ``mix`` is lowbias32 (C. Wellons' 32-bit integer hash: xorshift-multiply, bias 0.17). Row and
 column words meet by a sum, not a xor: under a xor the inputs at the four corners of any rectangle
@@ -64,10 +64,17 @@ def _coordinate_words(index: range, k: int, k_next: int, device: torch.device) -
 
 @torch.no_grad()
 def fill_keyed_normal(
-    out: torch.Tensor, key: tuple[int, int, int, int], rows: range, cols: range, std: float
+    out: torch.Tensor,
+    key: tuple[int, int, int, int],
+    rows: range,
+    cols: range,
+    std: float,
+    uniform: bool = False,
 ) -> None:
     """``out[i, j] = std · z(key, rows[i], cols[j])``: ``out`` a 2-D ``[len(rows), len(cols)]`` view of any
-    dtype, layout and device; the values are drawn on ``out``'s device."""
+    dtype, layout and device; the values are drawn on ``out``'s device. ``uniform``: the element's
+    uniform instead of its normal, scaled to the same ``std`` (``U(-√3·std, √3·std)``: Kaiming-uniform
+    initialisations), one float32 multiply of an exact uniform, so the same bits on every device."""
     if tuple(out.shape) != (len(rows), len(cols)):
         raise ValueError(f"keyed normal: out {tuple(out.shape)} is not rows × cols {len(rows)} × {len(cols)}")
     if out.numel() == 0:
@@ -82,8 +89,8 @@ def fill_keyed_normal(
     scratch = torch.empty_like(h)
     x = torch.empty(size, dtype=torch.float32, device=device)
     offset = torch.full((), 2.0**-24 - 1.0, dtype=torch.float32, device=device)
-    # √2 · std rounds once to float32 (the multiply runs in float32 on every device)
-    scale = math.sqrt(2.0) * std
+    # √2 · std (√3 · std for the uniform) rounds once to float32 (the multiply runs in float32 everywhere)
+    scale = (math.sqrt(3.0) if uniform else math.sqrt(2.0)) * std
     for i0 in range(0, len(rows), height):
         i1 = min(i0 + height, len(rows))
         for j0 in range(0, len(cols), width):
@@ -95,5 +102,7 @@ def fill_keyed_normal(
             mix32_(hv, sv)
             # (2·(h >> 8) + 1) / 2^24 - 1 = (h >> 8) / 2^23 + (2^-24 - 1): every step exact in float32
             xv.copy_(torch.bitwise_right_shift(hv, 8, out=sv))
-            torch.add(offset, xv, alpha=2.0**-23, out=xv).erfinv_()
+            torch.add(offset, xv, alpha=2.0**-23, out=xv)
+            if not uniform:
+                xv.erfinv_()
             torch.mul(xv, scale, out=out[i0:i1, j0:j1])

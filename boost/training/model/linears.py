@@ -2,12 +2,14 @@
 
 A ``Bottleneck`` computes, for ``G`` member projections that read the same input,
 
-    z = σ(A · norm(x))            A: [Σ r_g, d_in]   one GEMM for all members
-    u = z + carry                 LaX latent crossing (carry = previous block's z, same members)
-    y_g = B_g · u_g               B: one batched GEMM per group of equally shaped members
+    pre = A · norm(x)             A: [Σ r_g, d_in]   one GEMM for all members
+    h   = latent(pre, carry)      σ(pre) (cola), pre (svd), or LaX's σ(LN(pre + G(carry))) per member
+    y_g = B_g · h_g               B: one batched GEMM per group of equally shaped members
 
+and a LaX bottleneck also returns ``h``, the next block's carry (``boost.training.model.latent_crossing``).
 The module knows nothing of parallelism: tensor-parallel plans (``boost.training.parallel``) attach to its
-named parts — ``norm``, ``down``, ``act``, ``cross``, ``up`` — from outside.
+named parts — ``norm``, ``down``, ``latent``, ``up_input`` (the latent as the up-projections read it, apart
+from the carry), ``up`` — from outside.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from boost.training.model.latent_crossing import LatentActivation, LatentCrossing
 from boost.training.model.seeded_init import SeededPart, fill_seeded
 from boost.training.rules import KINDS
 
@@ -82,13 +85,6 @@ class BatchedUp(nn.Module):
         return y.view(*u.shape[:-1], y.shape[-1])
 
 
-class LatentCrossing(nn.Module):
-    """LaX: add the previous bottleneck's latent in r-space (g = identity, the shapes match)."""
-
-    def forward(self, z: torch.Tensor, carry: torch.Tensor | None = None) -> torch.Tensor:
-        return z if carry is None else z + carry
-
-
 class Bottleneck(nn.Module):
     """Low-rank projection(s) ``x -> B σ(A x)`` sharing one down-projection GEMM.
 
@@ -98,7 +94,9 @@ class Bottleneck(nn.Module):
         activation: ``"silu"`` (cola, lax) or ``"identity"`` (svd).
         norm: an ``RMSNorm`` applied to the input first (the pre-norm belongs to its only reader
             when the q/k/v or gate/up down-projections are grouped), or ``None``.
-        returns_latent: also return ``z`` (LaX hands it to the next block's bottleneck).
+        lax_gate: LaX's gate (``boost.training.rules.LAX_GATES``) where this bottleneck crosses the previous
+            block's latent (LaX, blocks ≥ 1); ``None`` where it crosses nothing.
+        returns_latent: also return the latent ``h`` (LaX hands it to the next block's bottleneck).
 
     Example::
 
@@ -113,6 +111,7 @@ class Bottleneck(nn.Module):
         members: Sequence[tuple[str, int, int]],
         activation: str = "silu",
         norm: RMSNorm | None = None,
+        lax_gate: str | None = None,
         returns_latent: bool = False,
     ):
         super().__init__()
@@ -121,8 +120,17 @@ class Bottleneck(nn.Module):
         self.returns_latent = returns_latent
         self.norm = norm
         self.down = nn.Linear(d_in, sum(r for _, r, _ in self.members), bias=False)
-        self.act = nn.SiLU() if activation == "silu" else nn.Identity()
-        self.cross = LatentCrossing()
+        if lax_gate is None:
+            self.latent: nn.Module = LatentActivation(activation)
+        else:
+            if activation != "silu" or len({r for _, r, _ in self.members}) != 1:
+                raise ValueError(
+                    "LaX crosses σ-latents of one rank per bottleneck (silu, equal member ranks)"
+                )
+            self.latent = LatentCrossing(len(self.members), self.members[0][1], lax_gate)
+        # The latent as the up-projections read it: a plan's hook point on that branch alone (BTP sums B's
+        # partial input-gradient here), apart from the carry, whose gradient arrives whole from the next block.
+        self.up_input = nn.Identity()
         # Members with equal (rank, d_out) share one batched GEMM; with GQA, q stands apart from k/v.
         self.up_groups: list[list[int]] = []
         for i, (_, r, o) in enumerate(self.members):
@@ -144,9 +152,8 @@ class Bottleneck(nn.Module):
         return [r for _, r, _ in self.members]
 
     def forward(self, x: torch.Tensor, carry: torch.Tensor | None = None):
-        h = self.norm(x) if self.norm is not None else x
-        z = self.act(self.down(h))  # (bs, seqlen, Σr)
-        u = self.cross(z, carry)
+        h = self.latent(self.down(self.norm(x) if self.norm is not None else x), carry)  # (bs, seqlen, Σr)
+        u = self.up_input(h)
         # One member reads the whole latent (whose width a plan may have sharded).
         latents = u.split(self.ranks, dim=-1) if len(self.members) > 1 else (u,)
         outs: list[torch.Tensor | None] = [None] * len(self.members)
@@ -158,24 +165,30 @@ class Bottleneck(nn.Module):
             else:
                 outs[group[0]] = unit(latents[group[0]])
         y = outs[0] if len(outs) == 1 else tuple(outs)
-        return (y, z) if self.returns_latent else y
+        return (y, h) if self.returns_latent else y
 
 
-def make_projection(args, d_in: int, d_out: int, name: str, norm: RMSNorm | None = None) -> nn.Module:
-    """One of the seven block projections, as the config's ``linear`` kind asks."""
+def make_projection(
+    args, d_in: int, d_out: int, name: str, norm: RMSNorm | None = None, crossing: bool = False
+) -> nn.Module:
+    """One of the seven block projections, as the config's ``linear`` kind asks; ``crossing``: it crosses the
+    previous block's latent (LaX, blocks ≥ 1)."""
     if not args.low_rank:
         return nn.Linear(d_in, d_out, bias=False)
-    return make_grouped(args, d_in, [(name, d_out)], norm)
+    return make_grouped(args, d_in, [(name, d_out)], norm, crossing)
 
 
-def make_grouped(args, d_in: int, outs: Sequence[tuple[str, int]], norm: RMSNorm | None = None) -> Bottleneck:
-    activation = "silu" if KINDS[args.linear].latent_activation else "identity"
+def make_grouped(
+    args, d_in: int, outs: Sequence[tuple[str, int]], norm: RMSNorm | None = None, crossing: bool = False
+) -> Bottleneck:
+    kind = KINDS[args.linear]
     return Bottleneck(
         d_in,
         [(n, args.rank, o) for n, o in outs],
-        activation,
+        "silu" if kind.latent_activation else "identity",
         norm=norm,
-        returns_latent=KINDS[args.linear].latent_crossing,
+        lax_gate=args.lax_gate if kind.latent_crossing and crossing else None,
+        returns_latent=kind.latent_crossing,
     )
 
 
@@ -200,5 +213,7 @@ def init_projection(module: nn.Module, prefix: str, name: str, seed: int, dense_
     fill_seeded(module.down.weight, a_parts, seed)  # [A_q; A_k; A_v] along dim 0
     for unit, group in zip(module.up, module.up_groups):
         fill_seeded(unit.weight, [b_parts[module.members[i][0]] for i in group], seed)  # stacked if batched
+    if isinstance(module.latent, LatentCrossing):
+        module.latent.reset_parameters(seed, [f"{prefix}{name}" for name, _, _ in module.members])
     if module.norm is not None:
         module.norm.reset_parameters()

@@ -54,19 +54,18 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
 
 
 class Attention(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, crossing: bool = False):
         super().__init__()
         self.head_dim = args.head_dim
         q_dim, kv_dim = args.n_heads * args.head_dim, args.kv_heads * args.head_dim
         if args.grouped:
-            self.wqkv = make_grouped(
-                args, args.dim, [("q", q_dim), ("k", kv_dim), ("v", kv_dim)], RMSNorm(args.dim, args.norm_eps)
-            )
+            outs = [("q", q_dim), ("k", kv_dim), ("v", kv_dim)]
+            self.wqkv = make_grouped(args, args.dim, outs, RMSNorm(args.dim, args.norm_eps), crossing)
         else:
-            self.wq = make_projection(args, args.dim, q_dim, "q")
-            self.wk = make_projection(args, args.dim, kv_dim, "k")
-            self.wv = make_projection(args, args.dim, kv_dim, "v")
-        self.wo = make_projection(args, q_dim, args.dim, "o")
+            self.wq = make_projection(args, args.dim, q_dim, "q", crossing=crossing)
+            self.wk = make_projection(args, args.dim, kv_dim, "k", crossing=crossing)
+            self.wv = make_projection(args, args.dim, kv_dim, "v", crossing=crossing)
+        self.wo = make_projection(args, q_dim, args.dim, "o", crossing=crossing)
 
     def forward(
         self,
@@ -90,21 +89,17 @@ class Attention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, args: ModelArgs):
+    def __init__(self, args: ModelArgs, crossing: bool = False):
         super().__init__()
         # SwiGLU's SiLU is dropped only where gate's latent already went through σ (CoLA/LaX).
         self.gate_act = not (KINDS[args.linear].latent_activation and args.only_lr_act)
         if args.grouped:
-            self.w13 = make_grouped(
-                args,
-                args.dim,
-                [("gate", args.ffn_dim), ("up", args.ffn_dim)],
-                RMSNorm(args.dim, args.norm_eps),
-            )
+            outs = [("gate", args.ffn_dim), ("up", args.ffn_dim)]
+            self.w13 = make_grouped(args, args.dim, outs, RMSNorm(args.dim, args.norm_eps), crossing)
         else:
-            self.w1 = make_projection(args, args.dim, args.ffn_dim, "gate")
-            self.w3 = make_projection(args, args.dim, args.ffn_dim, "up")
-        self.w2 = make_projection(args, args.ffn_dim, args.dim, "down")
+            self.w1 = make_projection(args, args.dim, args.ffn_dim, "gate", crossing=crossing)
+            self.w3 = make_projection(args, args.dim, args.ffn_dim, "up", crossing=crossing)
+        self.w2 = make_projection(args, args.ffn_dim, args.dim, "down", crossing=crossing)
 
     def forward(self, x: torch.Tensor, carry: dict) -> torch.Tensor:
         if hasattr(self, "w13"):
@@ -128,8 +123,9 @@ class TransformerBlock(nn.Module):
     def __init__(self, layer_id: int, args: ModelArgs):
         super().__init__()
         self.layer_id = layer_id
-        self.attention = Attention(args)
-        self.feed_forward = FeedForward(args)
+        # LaX: every block but the first crosses the previous block's latents (block 0 has none to cross)
+        self.attention = Attention(args, crossing=layer_id > 0)
+        self.feed_forward = FeedForward(args, crossing=layer_id > 0)
         # With grouped down-projections the pre-norms live inside their only reader (wqkv / w13),
         # where a tensor-parallel plan can fuse the norm statistic into that reader's collective.
         self.attention_norm = None if args.grouped else RMSNorm(args.dim, args.norm_eps)
@@ -213,20 +209,38 @@ class Transformer(nn.Module):
             w = self.output.weight
             fill_seeded(w, SeededPart("output", tuple(w.shape), args.dim**-0.5), seed)
 
-    def forward(self, tokens: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+    def forward(
+        self, tokens: torch.Tensor, *carried: torch.Tensor, cache: KVCache | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """Logits of ``tokens``; with a ``KVCache``, ``tokens`` continue the cached positions
-        (incremental decoding: only the new positions are computed)."""
+        (incremental decoding: only the new positions are computed).
+
+        A part of the model (a pipeline stage: the embedding or the head ``None``) takes and returns the
+        residual stream instead; under LaX it also takes the latents the blocks before it carried
+        (``carried``, in ``carry_keys`` order) and, unless it ends in the head, returns them after the
+        residual stream: ``(h, *latents)``."""
         # Pipeline stages may have dropped the embedding / head: pass through what arrives.
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         rope = self.rope if cache is None else self.rope[cache.begin(tokens.shape[1]) :]
         # LaX's crossing latent is per position, so it runs on the new positions alone: no cache.
-        carry = {} if KINDS[self.model_args.linear].latent_crossing else None
+        lax = KINDS[self.model_args.linear].latent_crossing
+        carry = dict(zip(carry_keys(self.model_args), carried, strict=True)) if lax and carried else {}
         for layer in self.layers.values():
-            if carry is None:
+            if not lax:
                 h = layer(h, rope, cache=cache)
             else:
                 h, carry = layer(h, rope, carry, cache=cache)
         if cache is not None:
             cache.end(tokens.shape[1])
+        if lax and self.output is None:  # a part before the head: the next part continues the carry
+            return (h, *(carry[key] for key in carry_keys(self.model_args)))
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h
+
+
+def carry_keys(args: ModelArgs) -> tuple[str, ...]:
+    """The latents a LaX block hands the next one, in the order a model part passes them on: one per
+    bottleneck (grouped q/k/v and gate/up are one latent each)."""
+    if args.grouped:
+        return ("qkv", "o", "gate_up", "down")
+    return ("q", "k", "v", "o", "gate", "up", "down")

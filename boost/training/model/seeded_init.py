@@ -30,11 +30,13 @@ from boost.training.model.keyed_normal import fill_keyed_normal, key_words
 
 @dataclass(frozen=True)
 class SeededPart:
-    """One named factor: ``std · N(0, 1)`` of ``shape``, seeded by ``key``."""
+    """One named factor: ``std · N(0, 1)`` of ``shape``, seeded by ``key`` (``uniform``: a uniform of the
+    same ``std``, ``U(-√3·std, √3·std)``, as Kaiming-uniform initialisations draw)."""
 
     key: str
     shape: tuple[int, ...]
     std: float
+    uniform: bool = False
 
 
 def shard_box(param: torch.Tensor) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -113,7 +115,9 @@ def fill_region(out: torch.Tensor, part: SeededPart, seed: int, region: Sequence
     rows, cols = (range(0, 1), region[0]) if len(part.shape) == 1 else region
     view = out.unsqueeze(0) if len(part.shape) == 1 else out
     key = key_words(part.key, seed)
-    fill_keyed_normal(view, key, range(rows.start, rows.stop), range(cols.start, cols.stop), part.std)
+    fill_keyed_normal(
+        view, key, range(rows.start, rows.stop), range(cols.start, cols.stop), part.std, part.uniform
+    )
 
 
 def draw_region(

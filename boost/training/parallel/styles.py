@@ -5,7 +5,7 @@
     x     [T, d/t]    Shard(-1)   the residual stream stays sharded on the full dim
     A     [R, d/t]    Shard(1)    row-parallel down-projection: output Partial over R
     fwd   z = all_reduce(x A_iᵀ)                     one collective, R wide
-    σ, LaX crossing on the replicated latent z         (redundant, tiny)
+    σ, LaX crossing on the replicated latent z         (redundant, tiny: LaX's norm and gate too)
     B     [d_out/t, R] Shard(0)   column-parallel up-projection: output Shard(-1), no collective
     bwd   dz = all_reduce(dy_i B_i)                  one collective, R wide
           dx_i = dz A_i,  dA_i = dzᵀ x_i,  dB_i = dy_iᵀ z      no collective
@@ -96,6 +96,26 @@ class ReplicatedParallel(ParallelStyle):
 
         def prepare(mod, inputs, mesh):
             return tuple(_as_dtensor(x, mesh, layout, Replicate()) for x in inputs)
+
+        def local(mod, outputs, mesh):
+            return outputs.to_local() if isinstance(outputs, DTensor) else outputs
+
+        return distribute_module(module, device_mesh, input_fn=prepare, output_fn=local)
+
+
+class ReplicatedLatentParallel(ParallelStyle):
+    """A bottleneck's latent computed whole on every rank where the plan shards the rank dim (vanilla):
+    the pre-activation ``Shard(-1)`` on r is gathered (one r-wide all-gather), a carry arrives whole
+    (``Replicate``), the module's parameters (LaX's norm and gate) are replicated, and the latent leaves
+    whole, a local tensor. Its backward gathers nothing: a replicated gradient's shard is a slice."""
+
+    def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        def prepare(mod, inputs, mesh):
+            pre, *rest = inputs
+            return (
+                _as_dtensor(pre, mesh, Shard(pre.ndim - 1), Replicate()),
+                *(_as_dtensor(c, mesh, Replicate(), Replicate()) for c in rest),
+            )
 
         def local(mod, outputs, mesh):
             return outputs.to_local() if isinstance(outputs, DTensor) else outputs

@@ -35,11 +35,13 @@ from torch.distributed.tensor.parallel import (
 
 from boost.training.parallel.styles import (
     BoostParallelStyle,
+    ReplicatedLatentParallel,
     ReplicatedParallel,
     ShardedRMSNormParallel,
     check_norm_mode,
 )
 from boost.training.rules import (
+    KINDS,
     SCHEMES,
     grouping_problem,
     online_norm_problem,
@@ -111,8 +113,11 @@ def apply_tp(
         output_layouts=Shard(-1) if loss_parallel else Replicate(),
         use_local_output=not loss_parallel,
     )
+    crossing = KINDS[args.linear].latent_crossing and not record.shards_residual
     for layer in model.layers.values():
-        parallelize_module(layer, tp_mesh, block_plan)
+        parallelize_module(
+            layer, tp_mesh, {**block_plan, **(rank_sharded_crossing_plan() if crossing else {})}
+        )
     # a pipeline stage holds some of the edges (torchtitan sets the others to None)
     parallelize_module(
         model, tp_mesh, {name: style for name, style in edge_plan.items() if getattr(model, name) is not None}
@@ -129,9 +134,10 @@ def btp_block_plan(grouped: bool, norm: str) -> dict[str, ParallelStyle]:
     the online norm's statistic rides in that bottleneck's all-reduce. Ungrouped, several down-projections
     read a pre-norm, so it stands alone over the sharded hidden dim (``sync`` or ``local``).
     """
-    writer = BoostParallelStyle(latent="cross")
+    # B's partial input-gradient is summed where the up-projections read the latent, apart from LaX's carry
+    writer = BoostParallelStyle(latent="up_input")
     if grouped:
-        reader = BoostParallelStyle(latent="cross", norm="norm", norm_mode=norm)
+        reader = BoostParallelStyle(latent="up_input", norm="norm", norm_mode=norm)
         return {
             "attention.wqkv": reader,
             "attention.wo": writer,
@@ -184,6 +190,30 @@ def replicated_residual_block_plan(low_rank: bool, sp: bool) -> dict[str, Parall
     for writer in ("attention.wo", "feed_forward.w2"):
         plan.update(_column_then_row(writer, low_rank, writes=seq))
     return plan
+
+
+def rank_sharded_crossing_plan() -> dict[str, ParallelStyle]:
+    """LaX under a plan that shards the rank dim (vanilla, whose projections are ungrouped): each latent is
+    gathered whole, crossed (its LayerNorm and gate read all of r) and carried whole on every rank, and the
+    up-projection reads its r/t slice. Per bottleneck and direction one r-wide all-gather more than CoLA's."""
+    plan: dict[str, ParallelStyle] = {}
+    for fqn in _PROJECTIONS:
+        plan[f"{fqn}.latent"] = ReplicatedLatentParallel()
+        plan[f"{fqn}.up_input"] = PrepareModuleInput(
+            input_layouts=Replicate(), desired_input_layouts=Shard(-1), use_local_output=True
+        )
+    return plan
+
+
+_PROJECTIONS = (
+    "attention.wq",
+    "attention.wk",
+    "attention.wv",
+    "attention.wo",
+    "feed_forward.w1",
+    "feed_forward.w3",
+    "feed_forward.w2",
+)
 
 
 def replicated_residual_edge_plan(sp: bool) -> dict[str, ParallelStyle]:
