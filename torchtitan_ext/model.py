@@ -34,6 +34,7 @@ class JobModelArgs(ModelArgs):
         self.linear = boost.linear
         self.group_linears = boost.group_linears
         self.only_lr_act = boost.only_lr_act
+        self.lax_gate = boost.lax_gate
         if KINDS[boost.linear].low_rank:
             self.rank = resolve_rank(self.dim, boost.rank, boost.rank_ratio)
         # The RoPE table must cover validation sequences too.

@@ -18,6 +18,11 @@ class BoostOptions:
     rank_ratio: float = 0.25
     """r / d when ``rank`` is 0 (the reference paper's r = d/4)."""
 
+    lax_gate: str = "tensorized"
+    """LaX's gate on the latent each projection carries from the previous block (boost.linear = "lax"):
+    tensorized (a Kronecker pair of small square factors over r, the LaX authors' default) | linear
+    (r×r with a bias) | none (the carry as it is). Other kinds ignore it."""
+
     only_lr_act: bool = True
     """CoLA/LaX MLP: true computes down(gate(x) * up(x)), gate's latent SiLU its only activation; false
     keeps SwiGLU's full-width SiLU on top, down(SiLU(gate(x)) * up(x)), as the CoLA authors' 60M and

@@ -202,6 +202,23 @@ def test_preflight_names_every_differing_field_and_lets_layout_changes_through(
 
 
 @pytest.mark.slow
+def test_a_lax_checkpoint_of_the_earlier_form_is_refused_with_what_to_do(trained, tmp_path, monkeypatch):
+    """BOOST's LaX before the authors' form (σ(A·x) plus the previous block's, no gate or norm) recorded
+    no form: such a checkpoint holds other weights for another function, and resuming it is refused."""
+    tmp, _ = trained
+    checkpoint = _copy_run(tmp, tmp_path)
+    for step in checkpoint.glob("step-*"):
+        record = json.loads((step / "boost_model.json").read_text())
+        record["model"]["linear"] = "lax"  # what the earlier BOOST recorded for a LaX run: kind, no form
+        assert "lax_form" not in record["model"] and "lax_gate" not in record["model"]
+        (step / "boost_model.json").write_text(json.dumps(record))
+    refused = _preflight(tmp_path, "--boost.linear", "lax", monkeypatch=monkeypatch)
+    assert "the LaX form (BOOST's version)" in refused, refused
+    assert "BOOST's earlier LaX" in refused and "start the new LaX in another folder" in refused, refused
+    assert "boost.linear" not in refused  # the kind is the same: only the form differs
+
+
+@pytest.mark.slow
 def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_warns(
     trained, tmp_path, monkeypatch
 ):

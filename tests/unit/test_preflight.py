@@ -82,7 +82,11 @@ CASES = [
         8,
         "more stages than the 4 layers",
     ),
-    (["--boost.linear", "lax", "--parallelism.pipeline_parallel_degree", "2"], 2, "lax carries latents"),
+    (
+        ["--boost.linear", "lax", "--boost.lax_gate", "kronecker"],
+        1,
+        "boost.lax_gate = 'kronecker': choose one of",
+    ),
     (
         [
             "--parallelism.pipeline_parallel_degree",

@@ -10,8 +10,9 @@ jobs (a seed checkpoint, a resumed run) describes each one truthfully. DCP reads
 The identity is every ``ModelArgs`` field that changes what the model computes from its weights
 (kind, rank, grouping, vocabulary, dims, ...), the flavor, and how the pre-norm normalises; the
 parallel layout is *not* part of it: TP/PP/FSDP degrees reshard through DCP. The kind fixes σ and
-the LaX crossing, ``only_lr_act`` the MLP's activation, grouping where the pre-norms live (inside
-their grouped reader, or in the block).
+the LaX crossing, ``lax_gate`` and ``lax_form`` which crossing (a LaX checkpoint of BOOST's earlier,
+ungated form records no form and is refused), ``only_lr_act`` the MLP's activation, grouping where
+the pre-norms live (inside their grouped reader, or in the block).
 
 The tokenizer is identity too, as a fingerprint of its files' bytes (``tokenizer_fingerprint``):
 two tokenizers of one size map text to different ids, and weights trained on one are garbage under
@@ -30,7 +31,7 @@ from pathlib import Path
 
 from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
 from boost.training.model.args import FLAVORS, ModelArgs
-from boost.training.rules import MODEL_NAME, norm_is_shard_local
+from boost.training.rules import KINDS, MODEL_NAME, norm_is_shard_local
 
 IDENTITY_FILE = "boost_model.json"
 
@@ -38,10 +39,17 @@ IDENTITY_FILE = "boost_model.json"
 # buffer rebuilt at start, never saved) and init_seed only draws the initial weights.
 _NOT_IDENTITY = {"max_seq_len", "init_seed"}
 
+# LaX's form: what a LaX checkpoint computes with its weights. BOOST's LaX before 2026-11-27 added the
+# previous block's σ(A·x) after σ, with no gate or norm; a checkpoint of it records no form, and is that.
+LAX_FORM = "the LaX authors' crossing: σ(LN(A·x + G(h_prev))), h carried"
+LEGACY_LAX_FORM = "BOOST's earlier LaX: σ(A·x) + σ(A_prev·x_prev), no gate or norm"
+
 # Where the user changes a field; the others follow from model.flavor.
 _SET_BY = {
     "flavor": "model.flavor",
     "linear": "boost.linear",
+    "lax_gate": "boost.lax_gate",
+    "lax_form": "the LaX form (BOOST's version)",
     "rank": "boost.rank / boost.rank_ratio",
     "group_linears": "boost.group_linears",
     "only_lr_act": "boost.only_lr_act",
@@ -53,6 +61,9 @@ _NOTES = {
     "vocab_size": "the vocabulary is the tokenizer's: boost.tokenizer_vocab_size, or model.hf_assets_path",
     "tokenizer": "the tokenizer's files differ: the same ids would mean other tokens; use the tokenizer the "
     "checkpoint was trained with (model.hf_assets_path, or boost.tokenizer_vocab_size and boost.cache_dir)",
+    "lax_form": "BOOST now computes LaX as its authors published it (a gated, normalised crossing before σ); "
+    "a checkpoint of the earlier form has no gate or norm weights and computed another function: train it on "
+    "with the BOOST that wrote it, or start the new LaX in another folder",
 }
 
 
@@ -83,6 +94,10 @@ def model_identity(args: ModelArgs, job) -> dict:
     identity["group_linears"] = args.grouped  # the dense kind is never grouped
     if not args.low_rank:
         identity.pop("rank")  # unused by the dense kind
+    if KINDS[args.linear].latent_crossing:
+        identity["lax_form"] = LAX_FORM
+    else:
+        identity.pop("lax_gate")  # unused by the kinds that cross nothing
     identity["rms_norm"] = rms_norm_identity(job)
     from torchtitan_ext.data.tokenizer import boost_tokenizer_dir  # built by now: the vocabulary came from it
 
@@ -136,6 +151,8 @@ def identity_differences(saved: dict, wanted: dict) -> list[tuple[str, object, o
     is no difference (see ``unrecorded_fields``).
     """
     defaults = {f.name: f.default for f in dataclasses.fields(ModelArgs)}
+    if saved.get("linear") == "lax":
+        defaults["lax_form"] = LEGACY_LAX_FORM  # a LaX checkpoint that records no form is of the earlier one
     differences = []
     for field, value in wanted.items():
         old = saved.get(field, defaults.get(field, value))

@@ -23,7 +23,7 @@ from typing import Any
 
 from boost.training import rules
 from boost.training.model.args import FLAVORS, ModelArgs
-from boost.training.rules import AC_MODES, FSDP_IMPLS, KINDS, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
+from boost.training.rules import AC_MODES, FSDP_IMPLS, KINDS, LAX_GATES, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
 
 # torchtitan.components.optimizer.build_optimizers knows Adam and AdamW (NotImplementedError otherwise);
 # torchtitan_ext.optimizer.build_boost_optimizers adds LORO.
@@ -403,6 +403,7 @@ RULES: tuple[Rule, ...] = (
     one_of("model.name", (rules.MODEL_NAME,), "this launcher trains BOOST's model"),
     one_of("model.flavor", tuple(FLAVORS)),
     one_of("boost.linear", LINEAR_KINDS),
+    one_of("boost.lax_gate", LAX_GATES),
     one_of("boost.norm", NORM_MODES),
     one_of("boost.tp_scheme", TP_SCHEMES),
     one_of("boost.activation_checkpoint", AC_MODES),
