@@ -5,10 +5,11 @@ A low-rank model's folder holds ``config.json`` (a ``LlamaConfig`` plus ``linear
 an exact re-import), ``model.safetensors``, ``configuration_boost.py`` + ``modeling_boost.py``
 (``boost/after_training/hf/``) and, when given, the tokenizer as ``PreTrainedTokenizerFast`` files.
 
-Weight names are LLaMA's with each projection split into its factors::
+Weight names are LLaMA's with each projection split into its factors, and LaX's crossing beside them::
 
     layers.{i}.attention.wq.down.weight   ->  model.layers.{i}.self_attn.q_proj.down.weight   (A, [r, d_in])
     layers.{i}.attention.wq.up.0.weight   ->  model.layers.{i}.self_attn.q_proj.up.weight     (B, [d_out, r])
+    layers.{i}.attention.wq.latent.norm_weight [1, r]  ->  ....q_proj.lax.norm.weight [r]   (LaX, i ≥ 1; LAX_PARAMS)
 
 and the rows of q's and k's B in transformers' half-split RoPE order (``boost.after_training.interop``'s row
 permutation below; A is untouched because RoPE acts on the projection's output). Both directions
@@ -40,6 +41,30 @@ PROJECTIONS = {
     "feed_forward.w2": "mlp.down_proj",
 }
 NORMS = {"attention_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+# LaX's crossing (blocks ≥ 1), inside each projection: BOOST's ``latent.<name>`` ([1, ...] per projection)
+# -> the exported projection's ``lax.<name>`` (modeling_boost.LaxCrossing)
+LAX_PARAMS = {
+    "norm_weight": "lax.norm.weight",
+    "norm_bias": "lax.norm.bias",
+    "gate_encoder": "lax.gate_encoder",
+    "gate_decoder": "lax.gate_decoder",
+    "gate_weight": "lax.gate.weight",
+    "gate_bias": "lax.gate.bias",
+}
+LAX_GATE_PARAMS = {
+    "tensorized": ("gate_encoder", "gate_decoder"),
+    "linear": ("gate_weight", "gate_bias"),
+    "none": (),
+}
+
+
+def lax_param_names(args: ModelArgs, layer: int) -> tuple[str, ...]:
+    """The crossing's parameters of one projection of ``layer`` (none for other kinds and block 0)."""
+    if args.linear != "lax" or layer == 0:
+        return ()
+    return ("norm_weight", "norm_bias", *LAX_GATE_PARAMS[args.lax_gate])
+
+
 # config.json's model_type: BoostConfig.model_type in boost/after_training/hf/ says the same
 MODEL_TYPE = MODEL_NAME
 AUTO_MAP = {
@@ -76,6 +101,8 @@ def lowrank_to_hf(sd: dict[str, torch.Tensor], args: ModelArgs) -> dict[str, tor
             up = sd[f"{src}{ours}.up.0.weight"]
             hf[f"{dst}{theirs}.down.weight"] = sd[f"{src}{ours}.down.weight"]
             hf[f"{dst}{theirs}.up.weight"] = to_hf_rows(up, heads[ours]) if ours in heads else up
+            for name in lax_param_names(args, i):
+                hf[f"{dst}{theirs}.{LAX_PARAMS[name]}"] = sd[f"{src}{ours}.latent.{name}"].squeeze(0)
         for ours, theirs in NORMS.items():
             hf[f"{dst}{theirs}.weight"] = sd[f"{src}{ours}.weight"]
     return {k: v.contiguous().clone() for k, v in hf.items()}
@@ -91,12 +118,17 @@ def lowrank_from_hf(hf: dict[str, torch.Tensor], args: ModelArgs, source: str) -
         for ours, theirs in PROJECTIONS.items():
             expected[f"{dst}{ours}.down.weight"] = f"{src}{theirs}.down.weight"
             expected[f"{dst}{ours}.up.0.weight"] = f"{src}{theirs}.up.weight"
+            for name in lax_param_names(args, i):
+                expected[f"{dst}{ours}.latent.{name}"] = f"{src}{theirs}.{LAX_PARAMS[name]}"
         for ours, theirs in NORMS.items():
             expected[f"{dst}{ours}.weight"] = f"{src}{theirs}.weight"
     missing = [theirs for theirs in expected.values() if theirs not in hf]
     if missing:
         raise KeyError(f"{source}: lacks {len(missing)} tensor(s) the config implies, e.g. {missing[:3]}")
-    sd = {ours: hf[theirs] for ours, theirs in expected.items()}
+    sd = {
+        ours: hf[theirs].unsqueeze(0) if ".latent." in ours else hf[theirs]
+        for ours, theirs in expected.items()
+    }
     heads = _rope_heads(args)
     for i in range(args.n_layers):
         for ours, n in heads.items():
@@ -151,6 +183,7 @@ def lowrank_config(
         "linear": args.linear,
         "rank": args.rank,
         "only_lr_act": args.only_lr_act,
+        "lax_gate": args.lax_gate,
         "bos_token_id": bos_id,
         "eos_token_id": eos_id,
         "boost": dataclasses.asdict(args),

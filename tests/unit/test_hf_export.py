@@ -25,14 +25,15 @@ from tests.trained_runs import make_run, offline_tokenizer_dir  # noqa: E402
 def _model(linear: str) -> Transformer:
     torch.manual_seed(0)
     vocab = load_tokenizer(offline_tokenizer_dir()).vocab_size
+    linear, _, lax_gate = linear.partition("/")  # "lax/linear": LaX with that gate
     args = ModelArgs(
-        dim=64, n_layers=2, n_heads=4, n_kv_heads=2, vocab_size=vocab, ffn_dim=176, linear=linear, rank=16,
-        max_seq_len=64, rope_theta=50000.0,
+        dim=64, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=vocab, ffn_dim=176, linear=linear, rank=16,
+        max_seq_len=64, rope_theta=50000.0, lax_gate=lax_gate or "tensorized",
     )  # fmt: skip
     model = Transformer(args).eval()
     with torch.no_grad():
-        for p in model.parameters():
-            if p.ndim == 1:  # norms at ones would hide a swapped attention_norm / ffn_norm
+        for name, p in model.named_parameters():
+            if p.ndim == 1 or ".latent.norm" in name:  # norms at one (LaX's at zero) would hide a mix-up
                 p.uniform_(0.5, 1.5)
     return model
 
@@ -41,7 +42,7 @@ def _relative_error(ours: torch.Tensor, theirs: torch.Tensor) -> float:
     return ((ours - theirs).abs().max() / ours.abs().max()).item()
 
 
-@pytest.mark.parametrize("linear", ["full", "svd", "cola", "lax"])
+@pytest.mark.parametrize("linear", ["full", "svd", "cola", "lax", "lax/linear", "lax/none"])
 def test_transformers_reproduces_boost(tmp_path, linear):
     ours = _model(linear)
     save_hf(ours, tmp_path, tokenizer_dir=offline_tokenizer_dir())

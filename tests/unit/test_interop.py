@@ -18,7 +18,9 @@ transformers = pytest.importorskip("transformers")
 
 from boost.after_training.interop import densify, factorize, load_hf, load_hf_with_report, save_hf  # noqa: E402
 from boost.after_training.interop.cli import main  # noqa: E402
+from boost.after_training.interop.factorize import initial_crossings  # noqa: E402
 from boost.training.model import ModelArgs, Transformer  # noqa: E402
+from boost.training.model.grouped_state import to_ungrouped  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = dict(
@@ -113,6 +115,26 @@ def test_low_rank_import_reports_errors(hf, tokens, linear):
         assert set(row) == {"wq", "wk", "wv", "wo", "w1", "w3", "w2"}
         assert all(0 < e < 1 for e in row.values()), row
     assert torch.isfinite(_logits(model, tokens)).all()
+
+
+def test_a_dense_model_imported_as_lax_starts_its_norms_and_gates_as_a_new_lax_model(hf):
+    _, path = hf
+    imported = load_hf(path, "lax")
+    fresh = Transformer(dataclasses.replace(imported.model_args, init_seed=0)).state_dict()
+    crossing = [k for k in fresh if ".latent." in k]
+    assert crossing and all(torch.equal(imported.state_dict()[k], fresh[k]) for k in crossing)
+
+
+@pytest.mark.parametrize("gate", ["tensorized", "linear", "none"])
+def test_initial_crossings_are_a_new_lax_models_for_every_gate(gate):
+    args = ModelArgs(
+        dim=64, n_layers=3, n_heads=4, n_kv_heads=2, vocab_size=128, ffn_dim=176, linear="lax", rank=16,
+        lax_gate=gate, init_seed=0,
+    )  # fmt: skip
+    fresh = to_ungrouped(Transformer(args).state_dict(), args)
+    crossings = initial_crossings(args, 0)
+    assert crossings and set(crossings) == {k for k in fresh if ".latent." in k}
+    assert all(torch.equal(v, fresh[k]) for k, v in crossings.items())
 
 
 def test_grouped_and_ungrouped_imports_agree(hf, tokens):

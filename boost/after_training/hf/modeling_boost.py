@@ -3,12 +3,15 @@
 transformers' LLaMA with each of the seven block projections ``x -> W x`` replaced by a bottleneck
 
     svd   y = B (A x)
-    cola  y = B σ(A x)                 σ = SiLU on the r-wide latent
-    lax   y = B (σ(A x) + z_prev)      z_prev = σ(A x) of the same projection in the previous block
+    cola  y = B σ(A x)                          σ = SiLU on the r-wide latent
+    lax   y = B h,  h = σ(LN(A x + G(h_prev)))  h_prev = h of the same projection in the previous block
+                                               (block 0: h = σ(A x)); LN over r, eps 1e-6; G the gate
 
-with ``A = <proj>.down`` (``[r, d_in]``) and ``B = <proj>.up`` (``[d_out, r]``). CoLA/LaX with
-``only_lr_act`` compute the MLP as ``down(gate(x) * up(x))`` (no full-width SiLU); svd keeps SwiGLU.
-Everything else — attention, the KV cache, ``generate``, pipelines — is transformers' LLaMA code.
+with ``A = <proj>.down`` (``[r, d_in]``), ``B = <proj>.up`` (``[d_out, r]``) and LaX's norm and gate in
+``<proj>.lax`` (the LaX authors' crossing: ``lax.gate_encoder`` ``[b, b]`` and ``lax.gate_decoder``
+``[a, a]`` for the tensorized gate over r = a·b, ``lax.gate`` an ``nn.Linear(r, r)`` for the linear one).
+CoLA/LaX with ``only_lr_act`` compute the MLP as ``down(gate(x) * up(x))`` (no full-width SiLU); svd keeps
+SwiGLU. Everything else — attention, the KV cache, ``generate``, pipelines — is transformers' LLaMA code.
 
 Numerics follow BOOST: the RoPE angles are computed in float64 and rounded once (transformers'
 LLaMA multiplies positions by float32 frequencies), so the logits match BOOST's to float32 rounding.
@@ -17,15 +20,18 @@ q/k rows are stored in transformers' half-split RoPE order (BOOST's export permu
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 from transformers.models.llama.modeling_llama import LlamaForCausalLM
 
 from .configuration_boost import BoostConfig
 
 
-class LatentCrossing:
-    """LaX's state during one forward: the latest σ(A x) per projection name, read by the next block.
+class CarriedLatents:
+    """LaX's state during one forward: the latest latent h per projection name, read by the next block.
 
     A plain object shared by every projection of the model (not a module: it holds no weights).
     ``BoostForCausalLM.forward`` empties it first; the crossing is per position, so a cached decoding
@@ -35,29 +41,65 @@ class LatentCrossing:
     def __init__(self):
         self.latents: dict[str, torch.Tensor] = {}
 
-    def cross(self, name: str, z: torch.Tensor) -> torch.Tensor:
-        previous = self.latents.get(name)
-        self.latents[name] = z
-        return z if previous is None else z + previous
+
+class LaxCrossing(nn.Module):
+    """``σ(LN(pre + G(h_prev)))``: LaX's crossing of one projection in a block after the first."""
+
+    def __init__(self, rank: int, gate: str):
+        super().__init__()
+        self.norm = nn.LayerNorm(rank, eps=1e-6)
+        self.gate_kind = gate
+        a = math.isqrt(rank)
+        while rank % a:
+            a -= 1
+        self.factors = (a, rank // a)  # the most balanced a·b = r, a ≤ b
+        if gate == "tensorized":
+            self.gate_encoder = nn.Parameter(torch.empty(rank // a, rank // a))
+            self.gate_decoder = nn.Parameter(torch.empty(a, a))
+        elif gate == "linear":
+            self.gate = nn.Linear(rank, rank)
+
+    def forward(self, pre: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+        if self.gate_kind == "tensorized":
+            a, b = self.factors
+            carry = torch.einsum(
+                "...cd,de,cf->...fe", previous.unflatten(-1, (a, b)), self.gate_encoder, self.gate_decoder
+            )
+            carry = carry.flatten(-2)
+        elif self.gate_kind == "linear":
+            carry = self.gate(previous)
+        else:
+            carry = previous
+        return F.silu(self.norm(pre + carry))
 
 
 class LowRankLinear(nn.Module):
-    """``B (σ(A x) [+ z_prev])`` with ``down`` = A and ``up`` = B."""
+    """``B h`` with ``down`` = A, ``up`` = B and ``h = σ(A x)`` (or ``A x``; LaX: ``lax`` crosses ``h_prev``)."""
 
     def __init__(
-        self, d_in: int, d_out: int, rank: int, activation: bool, name: str, crossing: LatentCrossing | None
+        self,
+        d_in: int,
+        d_out: int,
+        rank: int,
+        activation: bool,
+        name: str,
+        carried: CarriedLatents | None,
+        lax_gate: str | None,
     ):
         super().__init__()
         self.down = nn.Linear(d_in, rank, bias=False)
         self.up = nn.Linear(rank, d_out, bias=False)
         self.act = nn.SiLU() if activation else nn.Identity()
-        self.name, self._crossing = name, crossing
+        if lax_gate is not None:
+            self.lax = LaxCrossing(rank, lax_gate)
+        self.name, self._carried = name, carried
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        z = self.act(self.down(x))
-        if self._crossing is not None:
-            z = self._crossing.cross(self.name, z)
-        return self.up(z)
+        pre = self.down(x)
+        h = self.lax(pre, self._carried.latents[self.name]) if hasattr(self, "lax") else self.act(pre)
+        if self._carried is not None:
+            self._carried.latents[self.name] = h
+        return self.up(h)
 
 
 class Float64RotaryEmbedding(nn.Module):
@@ -101,15 +143,16 @@ class BoostForCausalLM(LlamaForCausalLM):
 
     def __init__(self, config: BoostConfig):
         super().__init__(config)
-        self.crossing = LatentCrossing() if config.linear == "lax" else None
+        self.carried = CarriedLatents() if config.linear == "lax" else None
         activation = config.linear in ("cola", "lax")
-        for layer in self.model.layers:
+        for i, layer in enumerate(self.model.layers):
+            gate = config.lax_gate if config.linear == "lax" and i > 0 else None  # block 0 crosses nothing
             for part, names in PROJECTIONS.items():
                 owner = getattr(layer, part)
                 for name in names:
                     dense = getattr(owner, name)
                     setattr(owner, name, LowRankLinear(
-                        dense.in_features, dense.out_features, config.rank, activation, name, self.crossing
+                        dense.in_features, dense.out_features, config.rank, activation, name, self.carried, gate
                     ))  # fmt: skip
             if activation and config.only_lr_act:
                 layer.mlp.act_fn = nn.Identity()  # the gate's latent already went through σ
@@ -117,8 +160,8 @@ class BoostForCausalLM(LlamaForCausalLM):
         self.post_init()
 
     def forward(self, *args, **kwargs):
-        if self.crossing is not None:
-            self.crossing.latents.clear()  # block 0 adds nothing
+        if self.carried is not None:
+            self.carried.latents.clear()  # block 0 crosses nothing
         return super().forward(*args, **kwargs)
 
 

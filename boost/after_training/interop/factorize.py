@@ -4,9 +4,9 @@ Each projection ``W ≈ U_r S_r V_rᵀ`` (truncated SVD in float64) becomes ``A 
 ``[r, d_in]``) and ``B = U_r √S_r`` (``up``, ``[d_out, r]``). The relative Frobenius error
 ``‖W − BA‖ / ‖W‖`` of every layer and projection is logged and returned. The ``svd`` kind computes
 ``B·A·x`` and keeps SwiGLU, so it reproduces the dense model wherever the weights have rank ≤ r. The
-``cola`` and ``lax`` kinds put σ between A and B and drop the gate's SiLU (``lax`` also adds the
-previous block's latent): their import is an approximation and a starting point for training, not
-the same function.
+``cola`` and ``lax`` kinds put σ between A and B and drop the gate's SiLU (``lax`` also crosses the
+previous block's latent, its norms and gates starting as a new LaX model's: ``initial_crossings``): their
+import is an approximation and a starting point for training, not the same function.
 
 State dicts here use per-projection names (``layers.{i}.attention.wq.weight``, or its
 ``.down.weight`` / ``.up.0.weight`` factors): ``boost.training.model.grouped_state`` maps them to a grouped model.
@@ -18,6 +18,8 @@ import torch
 
 from boost.after_training.hf_folder import PROJECTIONS
 from boost.training.model.args import ModelArgs
+from boost.training.model.latent_crossing import LatentCrossing
+from boost.training.rules import KINDS
 
 # {layer: {"wq": ‖W − BA‖/‖W‖, ..., "w2": ...}}
 Report = dict[int, dict[str, float]]
@@ -54,6 +56,33 @@ def factorize_projections(
             sd[f"layers.{i}.{name}.down.weight"], sd[f"layers.{i}.{name}.up.0.weight"] = a, b
             report[i][name.split(".")[1]] = err
     return sd, report
+
+
+# per-projection module -> the member name its seeded init is keyed by (``boost.training.model.model``)
+MEMBERS = {
+    "attention.wq": "attention.q",
+    "attention.wk": "attention.k",
+    "attention.wv": "attention.v",
+    "attention.wo": "attention.o",
+    "feed_forward.w1": "feed_forward.gate",
+    "feed_forward.w3": "feed_forward.up",
+    "feed_forward.w2": "feed_forward.down",
+}
+
+
+def initial_crossings(args: ModelArgs, seed: int) -> dict[str, torch.Tensor]:
+    """LaX's norms and gates (blocks ≥ 1) as a new LaX model of ``args`` starts them under ``seed`` (the
+    seeded init: norm at one and zero, the gate the authors' Kaiming draw): what a dense model imported as
+    LaX has for them, its factors standing in for A and B. Per-projection names; empty for other kinds."""
+    if not KINDS[args.linear].latent_crossing:
+        return {}
+    out = {}
+    for i in range(1, args.n_layers):
+        for fqn, member in MEMBERS.items():
+            crossing = LatentCrossing(1, args.rank, args.lax_gate)
+            crossing.reset_parameters(seed, [f"layers.{i}.{member}"])
+            out.update({f"layers.{i}.{fqn}.latent.{k}": v for k, v in crossing.state_dict().items()})
+    return out
 
 
 def multiply_factors(sd: dict[str, torch.Tensor], args: ModelArgs) -> dict[str, torch.Tensor]:

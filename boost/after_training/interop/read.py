@@ -17,7 +17,12 @@ import torch
 from safetensors.torch import load_file
 
 from boost.after_training.hf_folder import MODEL_TYPE, NORMS, PROJECTIONS, from_hf_rows, lowrank_from_hf
-from boost.after_training.interop.factorize import Report, factorize_projections, format_report
+from boost.after_training.interop.factorize import (
+    Report,
+    factorize_projections,
+    format_report,
+    initial_crossings,
+)
 from boost.training.model.args import ModelArgs
 from boost.training.model.grouped_state import to_grouped, to_ungrouped
 from boost.training.model.model import Transformer, rope_cache
@@ -88,6 +93,7 @@ def load_hf_with_report(
     if not args.low_rank:
         return build_model(args, dense, str(path)), {}
     sd, report = factorize_projections(dense, args)
+    sd.update(initial_crossings(args, seed=args.init_seed or 0))
     logger.info(
         "rank-%d %s import of %s, relative Frobenius error:\n%s",
         args.rank,
