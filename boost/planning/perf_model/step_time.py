@@ -43,8 +43,8 @@ import math
 
 from boost.planning.comm_volume import per_layer
 from boost.planning.perf_model.hardware import Hardware, get_hardware
-from boost.training.model.args import ModelArgs, matmul_params
-from boost.training.rules import AC_MODES, KINDS, SCHEMES, TP_SCHEMES
+from boost.training.model.args import ModelArgs, crossing_params, matmul_params
+from boost.training.rules import AC_MODES, KINDS, SCHEMES, TP_SCHEMES, most_balanced_factor_pair
 
 
 def model_args(
@@ -64,8 +64,14 @@ def model_args(
 
 
 def args_params(args: ModelArgs) -> int:
-    """Parameters of the model: block factors (from matmul_params' shapes), embedding, LM head, norms."""
-    return matmul_params(args) + args.dim * args.vocab_size + (2 * args.n_layers + 1) * args.dim
+    """Parameters of the model: block factors (from matmul_params' shapes), embedding, LM head, norms, and
+    LaX's norms and gates."""
+    return (
+        matmul_params(args)
+        + args.dim * args.vocab_size
+        + (2 * args.n_layers + 1) * args.dim
+        + crossing_params(args)
+    )
 
 
 def block_gemms(args: ModelArgs, scheme: str, tp: int, tokens: int) -> list[tuple[int, int, int, int]]:
@@ -94,8 +100,9 @@ def block_gemms(args: ModelArgs, scheme: str, tp: int, tokens: int) -> list[tupl
             (T, ff, res, 1),
         ]
     r = record.latent_width(args.rank, t)
+    gates = _lax_gate_gemms(args, T)
     if args.grouped:
-        return [
+        return gates + [
             (T, res, 3 * r, 1),
             (T, r, heads, 1),
             (T, r, kv_heads, 2),  # A_qkv; B_q, B_k|B_v batched
@@ -108,7 +115,22 @@ def block_gemms(args: ModelArgs, scheme: str, tp: int, tokens: int) -> list[tupl
         ]
     ins = [res, res, res, heads, res, res, ff]  # q k v o gate up down
     outs = [heads, kv_heads, kv_heads, res, ff, ff, res]
-    return [g for k, n in zip(ins, outs) for g in ((T, k, r, 1), (T, r, n, 1))]
+    return gates + [g for k, n in zip(ins, outs) for g in ((T, k, r, 1), (T, r, n, 1))]
+
+
+def _lax_gate_gemms(args: ModelArgs, tokens: int) -> list[tuple[int, int, int, int]]:
+    """LaX's gates in one block, on the whole latent (every scheme holds it whole on a rank: replicated
+    after BTP's all-reduce, gathered under vanilla), one batched GEMM per bottleneck's members: the
+    tensorized pair as ``[T·a, b]×[b, b]`` then ``[T·b, a]×[a, a]``, the linear gate ``[T, r]×[r, r]``.
+    Charged to every block (the first crosses nothing: 1/n_layers of it too much)."""
+    if not KINDS[args.linear].latent_crossing or args.lax_gate == "none":
+        return []
+    r = args.rank
+    members = [3, 1, 2, 1] if args.grouped else [1] * 7
+    if args.lax_gate == "linear":
+        return [(tokens, r, r, g) for g in members]
+    a, b = most_balanced_factor_pair(r)
+    return [shape for g in members for shape in ((tokens * a, b, b, g), (tokens * b, a, a, g))]
 
 
 def gemm_time(M: int, K: int, N: int, hw: Hardware, dtype_bytes: int = 2, batch: int = 1) -> float:
@@ -166,6 +188,9 @@ def _elementwise_bytes(
     if KINDS[args.linear].latent_activation:
         lat = 7 * record.latent_width(r, t)
         fwd, bwd = fwd + 2 * lat, bwd + 3 * lat
+    if KINDS[args.linear].latent_crossing:
+        # LaX on the whole latents: the carry's add (3 / 1) and the LayerNorm (2 / 3), as the residual's
+        fwd, bwd = fwd + (3 + 2) * 7 * r, bwd + (1 + 3) * 7 * r
     # a sharded residual's norm runs the custom norm Function, at t = 1 too
     if record.shards_residual and norm in ("online", "sync"):
         # fp32 Σx² over the shard and the rescale of the (3r, 2r) latents, both directions
@@ -272,6 +297,8 @@ def predict_step_time(
     # the residual crosses each stage boundary as the scheme leaves it on a rank, and its gradient back
     residual = SCHEMES[scheme].residual_shape(micro_batch, seq_len, args.dim, tp, sequence_parallel)
     crossing = math.prod(residual)
+    if KINDS[args.linear].latent_crossing:  # LaX's carried latents cross beside it, whole on a rank
+        crossing += micro_batch * seq_len * 7 * args.rank
     p2p = 2 * crossing * dtype_bytes / hw.bus_bw if pp > 1 else 0.0
     # 1F1B runs at the pace of the slowest stage: the last one, which also holds the LM head and loss
     stage = layers_per_stage * (layer + recompute) + p2p + head

@@ -157,9 +157,21 @@ def lax_gate_macs(rank: int, gate: str) -> int:
     return rank * rank if gate == "linear" else 0
 
 
+def crossing_layers(args: ModelArgs) -> int:
+    """Blocks whose seven projections cross the previous block's latents: every block but the first, under LaX."""
+    return args.n_layers - 1 if KINDS[args.linear].latent_crossing else 0
+
+
+def crossing_params(args: ModelArgs) -> int:
+    """LaX's norms (2r) and gates (tensorized ``a² + b²``, linear ``r² + r``) over the model."""
+    r = args.rank
+    a, b = most_balanced_factor_pair(r)
+    gate = {"tensorized": a * a + b * b, "linear": r * r + r, "none": 0}[args.lax_gate]
+    return crossing_layers(args) * 7 * (2 * r + gate)
+
+
 def matmul_params(args: ModelArgs) -> int:
-    """Weights that take part in a GEMM per token: the block projections (by factor shapes), LaX's gates
-    (as their multiply-adds a token: every block but the first, seven projections each) and the LM head."""
+    """Weights that take part in a GEMM per token: the block projections (by factor shapes) and the LM head."""
     d, f, r = args.dim, args.ffn_dim, args.rank
     kv = args.kv_heads * args.head_dim
     shapes = [(d, d), (d, kv), (d, kv), (d, d), (d, f), (d, f), (f, d)]  # q k v o gate up down
@@ -167,17 +179,15 @@ def matmul_params(args: ModelArgs) -> int:
         per_layer = sum(d_in * r + r * d_out for d_in, d_out in shapes)
     else:
         per_layer = sum(d_in * d_out for d_in, d_out in shapes)
-    crossing = 0
-    if KINDS[args.linear].latent_crossing:
-        crossing = (args.n_layers - 1) * len(shapes) * lax_gate_macs(r, args.lax_gate)
-    return args.n_layers * per_layer + crossing + d * args.vocab_size
+    return args.n_layers * per_layer + d * args.vocab_size
 
 
 def flops_per_token(args: ModelArgs, seq_len: int) -> int:
     """Training FLOPs per token (forward + backward), counted from the actual factor shapes.
 
     6 FLOPs per GEMM weight per token (2 forward, 4 backward) — a low-rank layer costs
-    ``6·(d_in·r + r·d_out)``, not ``6·d_in·d_out`` — plus causal-free attention scores and values,
+    ``6·(d_in·r + r·d_out)``, not ``6·d_in·d_out``, and LaX's gates 6 per multiply-add of theirs
+    (``lax_gate_macs``) — plus causal-free attention scores and values,
     ``12·n_layers·dim·seq_len`` as in torchtitan and the PaLM paper (Appendix B), so that MFU is
     comparable with torchtitan's for the dense kind.
 
@@ -188,4 +198,5 @@ def flops_per_token(args: ModelArgs, seq_len: int) -> int:
         >>> round(dense / lowrank, 2)
         2.04
     """
-    return 6 * matmul_params(args) + 12 * args.n_layers * args.dim * seq_len
+    gates = crossing_layers(args) * 7 * lax_gate_macs(args.rank, args.lax_gate)  # LaX: GEMM-like too
+    return 6 * (matmul_params(args) + gates) + 12 * args.n_layers * args.dim * seq_len
