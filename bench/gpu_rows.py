@@ -41,6 +41,7 @@ RESHARD_DEFAULT = ("--parallelism.fsdp_reshard_after_forward", "default")
 # FSDP's gathers and reductions traced into the compiled blocks (torchtitan's SimpleFSDP; no reshard policy)
 SIMPLE_FSDP = ("--boost.fsdp", "simple_fsdp", *RESHARD_DEFAULT)
 CUDAGRAPHS = "--boost.cudagraphs"  # the compiled blocks replayed as CUDA graphs (inert on a CPU)
+LAX = ("--boost.linear", "lax")  # the TOMLs' CoLA with LaX's crossing (each TOML header's lax line)
 # Every run: one log line a step (the rows' tokens/s, memory, step times), no checkpoint or
 # validation (neither is the step's work; a 7B checkpoint shard is gigabytes of disk).
 COMMON = ("--metrics.log_freq", "1", "--checkpoint.no-enable", "--validation.no-enable")
@@ -128,6 +129,9 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     dry("7B", 16, "btp", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
     dry("7B", 16, "megatron", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
     TrainRow("trainer", "1B CoLA cudagraphs", "1B", 1, (CUDAGRAPHS,), 12, 6, 180),
+    # LaX (the authors' gated, normalised crossing) against CoLA: the trainer's 1B and the 7B@16 rank
+    TrainRow("trainer", "1B LaX", "1B", 1, LAX, 12, 6, 180),
+    dry("7B", 16, "btp", 150, extra=LAX, label="lax"),
     TrainRow("trainer", "1B dense cudagraphs", "1B", 1, (*DENSE, CUDAGRAPHS), 12, 6, 180),
     # the TOMLs' fsdp_reshard_after_forward = "never" measured the other way, for both schemes
     dry("7B", 16, "btp", 150, extra=RESHARD_DEFAULT, label="reshard default"),
