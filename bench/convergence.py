@@ -35,7 +35,9 @@ RUNS = [
     ("svd", "svd", 1, []),
     ("cola", "cola", 1, []),
     ("cola (only_lr_act false)", "cola", 1, ["--boost.no-only-lr-act"]),
-    ("lax", "lax", 1, []),
+    ("lax", "lax", 1, []),  # the LaX authors' crossing, their default tensorized gate
+    ("lax (linear gate)", "lax", 1, ["--boost.lax_gate", "linear"]),
+    ("lax (no gate)", "lax", 1, ["--boost.lax_gate", "none"]),
     (
         "cola (btp, TP=2)",
         "cola",
