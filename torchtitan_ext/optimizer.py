@@ -1,4 +1,6 @@
-"""``optimizer.name = "LORO"`` and ``lr_scheduler.decay_type = "cosine_restart"`` in torchtitan's trainer.
+"""``optimizer.name = "LORO"`` and ``lr_scheduler.decay_type = "cosine_restart"`` in torchtitan's trainer, and
+torchtitan's Adam(W) stepping on local shards (``torch_private.step_on_local_shards``: the same update without
+DTensor's dispatch of it).
 
 torchtitan builds one optimizer per model part (a pipeline stage each) in an ``OptimizersContainer``,
 whose ``state_dict`` is torch's ``get_optimizer_state_dict`` of every part, flattened by parameter name:
@@ -13,12 +15,14 @@ from __future__ import annotations
 
 from functools import partial
 
+import torch
 import torch.nn as nn
 from torchtitan.components.lr_scheduler import LRSchedulersContainer, build_lr_schedulers
 from torchtitan.components.optimizer import OptimizersContainer, build_optimizers
 from torchtitan.tools.logging import logger
 
 from boost.training.optim import LORO, cosine_restart_factor
+from torchtitan_ext.torch_private import step_on_local_shards
 
 LORO_NAME = "LORO"
 COSINE_RESTART = "cosine_restart"
@@ -38,9 +42,14 @@ class LoroOptimizersContainer(OptimizersContainer):
 def build_boost_optimizers(
     model_parts, optimizer_config, parallel_dims, ft_manager=None
 ) -> OptimizersContainer:
-    """torchtitan's ``build_optimizers``, and LORO when ``optimizer.name = "LORO"``."""
+    """torchtitan's ``build_optimizers``, each Adam(W) stepping on its parameters' local shards
+    (``torch_private.step_on_local_shards``), and LORO when ``optimizer.name = "LORO"``."""
     if optimizer_config.name != LORO_NAME:
-        return build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
+        container = build_optimizers(model_parts, optimizer_config, parallel_dims, ft_manager)
+        for optimizer in getattr(container, "optimizers", []):
+            if isinstance(optimizer, torch.optim.Adam):
+                step_on_local_shards(optimizer)
+        return container
     kwargs = {
         "lr": optimizer_config.lr,
         "betas": (optimizer_config.beta1, optimizer_config.beta2),
