@@ -41,6 +41,11 @@ replay depends on. The same on every torch of the range, no public switch, count
 
 ``torch._functorch.config.enable_autograd_cache`` (``keep_ranks_compiled_graphs_apart``): AOTAutograd's
 cache of compiled graphs across processes, turned off for multi-rank runs (why: that function).
+
+A torch newer than the range runs where these names are there (``missing_private_api``, by feature:
+the newest stage API's names, not 2.11's); ``start.py`` refuses one that lacks any, naming them. Not
+found that way: ``PipelineStage._user_meta`` (an attribute each stage sets itself) and inductor's
+``cudagraph_skips`` counter (a ``Counter``: an unknown key reads 0).
 """
 
 from __future__ import annotations
@@ -57,6 +62,46 @@ from torch.distributed.pipelining.schedules import _PipelineSchedule
 STAGE_META: bool = hasattr(pipelining_utils, "_StageMeta")
 
 PipelineSchedule = _PipelineSchedule  # the base of every schedule class (a type hint)
+
+
+def missing_private_api() -> list[str]:
+    """The private torch names this module and the stages overriding torch's methods use that this torch
+    lacks, each as ``module.name``: none on every torch of the range from 2.13 (2.11 lacks the 2.13 stage
+    API, ``_StageMeta`` and its kin, bridged otherwise there). Found by feature: what a torch newer than
+    the range must have for BOOST to run it."""
+    import importlib
+    import inspect
+
+    from torch.distributed.pipelining import PipelineStage
+
+    wanted = {
+        "torch.distributed.pipelining._utils": ("_StageMeta", "extract_tensor_metas"),
+        "torch.distributed.pipelining.stage": (  # what DryRunStage overrides
+            "PipelineStage._prepare_forward_infra",
+            "PipelineStage._prepare_backward_infra",
+            "PipelineStage._warmup_backward_result",
+        ),
+        "torch.distributed._functional_collectives": ("_resolve_group_name",),
+        "torch.distributed.distributed_c10d": ("_resolve_process_group",),
+        "torch._inductor.config": (
+            "bucket_all_gathers_fx",
+            "bucket_reduce_scatters_fx",
+            "triton.cudagraph_or_error",
+        ),
+        "torch._functorch.config": ("enable_autograd_cache",),
+    }
+    missing = []
+    for module_name, names in wanted.items():
+        module = importlib.import_module(module_name)
+        for name in names:
+            found = module
+            for part in name.split("."):
+                found = getattr(found, part, None)
+            if found is None:
+                missing.append(f"{module_name}.{name}")
+    stage_keywords = inspect.signature(PipelineStage.__init__).parameters
+    missing += [f"PipelineStage({k}=...)" for k in ("input_grads", "output_grads") if k not in stage_keywords]
+    return missing
 
 
 def static_stage_arguments(

@@ -1,11 +1,13 @@
 """The installed torch against the supported range, stated once in ``pyproject.toml``
-(``[tool.boost] supported-torch``), read without importing torch: ``run_train.sh`` refuses an unsupported
-torch in a fraction of a second, before any process starts.
+(``[tool.boost] supported-torch``), read without importing torch: ``run_train.sh`` refuses a torch older
+than the range (or none) in a fraction of a second, before any process starts.
 
-The package's requirement on torch is that range's lower bound alone, so that installing BOOST never
-replaces a torch a user has (a newer, untested one included): the refusal is where the upper end holds.
-A wheel install has no ``pyproject.toml``: there the installed metadata's requirement (the lower bound)
-is what is checked.
+The range is what CI tests, not a wall: a torch newer than its upper end runs where the private torch
+names BOOST bridges are there (``torch_private.missing_private_api``, found by feature, not by version),
+saying in one line which range was tested (``newer_torch_line``); one that lacks any is refused, naming
+them. The package's requirement on torch is the range's lower bound alone, so that installing BOOST
+never replaces a torch a user has. A wheel install has no ``pyproject.toml``: there the installed
+metadata's requirement (the lower bound) is the range.
 """
 
 from __future__ import annotations
@@ -56,17 +58,50 @@ def _pyproject() -> dict | None:
     return pyproject if pyproject.get("project", {}).get("name") == DISTRIBUTION else None
 
 
-def torch_version_problem() -> str | None:
-    """One line saying that the installed torch is outside the supported range (or absent), else ``None``."""
-    supported = supported_range()
+def installed_torch() -> Version | None:
+    """The installed torch's version, from its package metadata (torch not imported), or ``None``."""
     try:
-        installed = metadata.version("torch")
+        return Version(metadata.version("torch"))
     except metadata.PackageNotFoundError:
+        return None
+
+
+def _lower_bound() -> SpecifierSet:
+    return SpecifierSet(",".join(str(spec) for spec in supported_torch() if spec.operator in (">=", ">")))
+
+
+def torch_version_problem() -> str | None:
+    """One line saying that the installed torch is older than the supported range (or absent), else
+    ``None``: a torch newer than the range is no problem here (``newer_torch``)."""
+    supported = supported_range()
+    installed = installed_torch()
+    if installed is None:
         return f"BOOST needs torch{supported}, and no torch is installed: pip install 'torch{supported}'"
     # a local build (2.11.0+cu130) is its release; a pre-release inside the range is accepted
-    if supported_torch().contains(Version(installed), prereleases=True):
+    if _lower_bound().contains(installed, prereleases=True):
         return None
     return (
         f"BOOST supports torch{supported} (pyproject.toml), and torch {installed} is installed: "
         f"install a torch in that range, e.g. pip install 'torch{supported}'"
+    )
+
+
+def newer_torch() -> Version | None:
+    """The installed torch's version where it is newer than the supported range, else ``None``."""
+    installed = installed_torch()
+    if installed is None or supported_torch().contains(installed, prereleases=True):
+        return None
+    return installed if _lower_bound().contains(installed, prereleases=True) else None
+
+
+def newer_torch_line(installed: Version, missing: list[str]) -> str:
+    """The one line for a torch newer than the range: it runs (``missing`` empty), or is refused for the
+    private torch names BOOST bridges that it lacks (``torch_private.missing_private_api``)."""
+    supported = supported_range()
+    tested = f"BOOST was tested with torch{supported} (pyproject.toml); torch {installed} is newer"
+    if not missing:
+        return f"{tested} and has every private torch name BOOST bridges (torchtitan_ext/torch_private.py): running it"
+    return (
+        f"{tested} and lacks private torch names BOOST bridges (torchtitan_ext/torch_private.py): "
+        f"{', '.join(missing)}; install a torch in that range, e.g. pip install 'torch{supported}'"
     )

@@ -7,7 +7,9 @@ same graphs are compiled and inductor's record of their inputs is read
 
 The layout is the GPU rows' (``bench/gpu_rows.py``, 7B@16 btp with SimpleFSDP and CUDA graphs) at the
 debug model's size: rank 0 of 4 on the fake process group (tp 2 × FSDP 2), BTP with low-rank AC, bf16
-through SimpleFSDP, inductor (the blocks; the loss uncompiled), one step, in a fresh process.
+through SimpleFSDP, inductor (the blocks; the loss uncompiled), one step, in a fresh process. Its
+control, compiled by the same function in the same process: a block that writes into a buffer, whose
+record must name that input (else "no graph writes into its inputs" would hold of any record).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import sys
 import tempfile
 
 import pytest
+import torch
 
 from tests.trainer import ROOT
 
@@ -42,11 +45,28 @@ ARGS = [
 WORLD_SIZE = 4
 
 
+class BufferWritingBlock(torch.nn.Module):
+    """The control: a block whose forward writes into a buffer (as BatchNorm's running statistics do),
+    an input its compiled graph mutates. ``calls`` has a shape no other input of its graph has."""
+
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(8, 8))
+        self.register_buffer("calls", torch.zeros(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.calls.add_(1)
+        return x @ self.weight
+
+
 def probe() -> None:
-    """The child: train, print the compiled graphs' records and a block's parameter count as JSON."""
+    """The child: train, print the compiled graphs' records and a block's parameter count as JSON, and the
+    records of the control compiled the same way (``apply_compile_with_cudagraphs``) and run forward."""
     os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE=str(WORLD_SIZE), NGPU=str(WORLD_SIZE))
     from torchtitan.config import ConfigManager
+    from torchtitan.config.job_config import Compile
 
+    from torchtitan_ext.infra.cudagraphs import apply_compile_with_cudagraphs
     from torchtitan_ext.torch_private import record_compiled_graphs
     from torchtitan_ext.train import BoostTrainer
     from torchtitan_ext.train_spec import register_boost_train_spec
@@ -57,7 +77,12 @@ def probe() -> None:
         block_params = len(list(trainer.model_parts[0].layers["0"].parameters()))
         trainer.train()
         trainer.close()
-    print("PROBE " + json.dumps(dict(graphs=graphs, block_params=block_params)))
+    control_model = torch.nn.Module()
+    control_model.layers = torch.nn.ModuleDict({"0": BufferWritingBlock()})
+    apply_compile_with_cudagraphs(control_model, Compile(enable=True, backend="inductor"))
+    with record_compiled_graphs() as control:
+        control_model.layers["0"](torch.ones(4, 8))
+    print("PROBE " + json.dumps(dict(graphs=graphs, block_params=block_params, control=control)))
 
 
 @pytest.mark.slow  # passed on torch 2.11.0 (what GPU images ship) and 2.14.1 too, 2026-11-26
@@ -92,6 +117,10 @@ def test_compiled_blocks_read_their_weights_as_static_inputs_and_write_none(tmp_
     for graph in backwards:
         # the saved activations and weights are static; copied in: the gradient of the block's output
         assert graph["inputs"] - len(graph["static"]) <= 1 + graph["shapes"].count(None), graph
+    # the control: the record does see a graph that writes into its input, the buffer of shape (3,)
+    (control,) = probe_result["control"]
+    assert control["cudagraphs"] and not control["backward"], control
+    assert [control["shapes"][i] for i in control["mutated"]] == [[3]], control
 
 
 if __name__ == "__main__":

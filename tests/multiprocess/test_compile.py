@@ -4,16 +4,21 @@ Blocks are compiled one by one with ``fullgraph=True``, as torchtitan's ``apply_
 backends here run the graphs AOTAutograd produces eagerly (what ``aot_eager`` does), counting the
 compiles and the collectives in the forward and backward graphs; the partitioner is either
 AOTAutograd's default (``aot_eager``'s) or the min-cut one (inductor's). Inductor itself compiles
-the low-rank-checkpointed BTP blocks in the trainer's tests (``tests/end_to_end/test_feature_matrix.py``'s
-GPU rows' layout, ``tests/end_to_end/test_cudagraph_inputs.py``).
+one BTP bottleneck here, the online norm and the grouped down-projection with their collectives,
+against eager (on every torch of the range: the compatibility tier), and the low-rank-checkpointed
+BTP blocks in the trainer's tests (``tests/end_to_end/test_feature_matrix.py``'s GPU rows' layout,
+``tests/end_to_end/test_cudagraph_inputs.py``).
 """
 
 from __future__ import annotations
+
+import copy
 
 import pytest
 import torch
 import torch.nn.functional as F
 from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import Shard, distribute_tensor
 from torch.distributed.tensor.parallel import loss_parallel
 
 from boost import ModelArgs, Transformer
@@ -144,3 +149,37 @@ def _lowrank_body(rank: int, world_size: int) -> None:
 @pytest.mark.compat  # on torch 2.11, a no-op .to() in the online norm's forward froze γ and A (fp32)
 def test_compiled_lowrank_checkpointing_adds_no_collective_and_matches_eager():
     run_distributed(_lowrank_body, 2)
+
+
+def _bottleneck_step(module, x: torch.Tensor, mesh) -> list[torch.Tensor]:
+    """This rank's shards of the bottleneck's outputs (local tensors, as the plan hands them on), and of
+    the gradients of its input and of its parameters after one backward of a loss on those outputs."""
+    x = distribute_tensor(x, mesh, [Shard(-1)]).detach().requires_grad_()
+    ys = module(x)
+    sum(y.pow(2).sum() for y in ys).backward()
+    return [*ys, x.grad.to_local(), *(p.grad.to_local() for p in module.parameters())]
+
+
+def _inductor_body(rank: int, world_size: int) -> None:
+    mesh = init_device_mesh("cpu", (world_size,))
+    args = ModelArgs.from_flavor("debug", linear="cola", vocab_size=VOCAB, n_layers=1, max_seq_len=SEQ)
+    torch.manual_seed(0)
+    # q/k/v: the online norm fused into the grouped down-projection's all-reduce, SiLU, q's up-projection
+    # and k/v's batched one (GQA), and the latent's gradient all-reduce in backward
+    eager = apply_tp(Transformer(args), mesh, scheme="btp", norm="online").layers["0"].attention.wqkv
+    compiled = torch.compile(copy.deepcopy(eager), backend="inductor", fullgraph=True)
+    x = torch.randn(2, SEQ, args.dim, generator=torch.Generator().manual_seed(1))
+    want = _bottleneck_step(eager, x, mesh)
+    got = _bottleneck_step(compiled, x, mesh)
+    assert len(got) == len(want) == 3 + 1 + 4  # q, k, v; x; γ, A, B_q, B_kv
+    for i, (a, b) in enumerate(zip(got, want)):
+        # inductor's fused kernels reorder fp32 sums (~3e-7 of the largest value here); a gradient
+        # compiled wrong, or frozen at zero, is off by its own size
+        error = ((a - b).abs().max() / b.abs().max()).item()
+        assert error < 1e-5, (i, error)
+
+
+@pytest.mark.slow
+@pytest.mark.compat  # inductor on the oldest torch of the range too, the GPU images' (2.11)
+def test_inductor_compiles_a_btp_bottleneck_to_eagers_values_and_gradients():
+    run_distributed(_inductor_body, 2)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
 
 from boost.training.parallel.grad_norm import clip_grads_with_norm_, local_grad_norm_applies, total_grad_norm
 from tests.distributed import run_distributed
@@ -50,11 +50,16 @@ def _body(rank: int, world_size: int) -> None:
             torch.testing.assert_close(
                 clipped, torch.tensor(max_norm, dtype=torch.float64), rtol=1e-5, atol=0
             )
-    # a Partial gradient still owes its reduction, and only the 2-norm is taken here
-    partial = distribute_tensor(full[0], mesh, [Replicate(), Replicate()]).redistribute(
-        mesh, [Replicate(), Replicate()]
-    )
-    assert not local_grad_norm_applies([partial], float("inf"))
+    # Only the 2-norm is taken here, and no Partial gradient: its local shards are addends of the
+    # gradient, not pieces of it, so their squares do not sum to its norm. Each case alone: the 2-norm
+    # with one Partial among sharded gradients (what the trainer asks every step), another norm without.
+    sharded = [distribute_tensor(t.clone(), mesh, list(p)) for t, (p, _) in zip(full, LAYOUTS)]
+    for placements in ((Partial(), Shard(1)), (Replicate(), Partial())):
+        partial = DTensor.from_local(full[0] / 2, mesh, list(placements), run_check=False)
+        assert not local_grad_norm_applies([*sharded, partial], 2.0), placements
+        assert total_grad_norm([partial]).double() != torch.linalg.vector_norm(partial.full_tensor())
+    assert local_grad_norm_applies(sharded, 2.0)
+    assert not local_grad_norm_applies(sharded, float("inf"))
 
 
 @pytest.mark.slow

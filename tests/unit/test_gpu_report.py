@@ -1,6 +1,8 @@
-"""The GPU report's pieces on this CPU machine: log parsing and step-time arithmetic on real trainer logs,
-kernel classification on real profiler names, the busy-fraction arithmetic, the refusal without a GPU,
-and (slow) whole rows run through the report's runner, a refused and a timed-out one included.
+"""The GPU report's pieces, on a machine with a GPU or without: log parsing and step-time arithmetic on real
+trainer logs, kernel classification on real profiler names, the busy-fraction arithmetic, every row's
+command through the preflight, the refusal where torch sees no GPU (a process of its own: the suite never
+starts the report nor writes bench/results/gpu.md), and (slow) whole rows run through the report's
+runner at CPU size, a refused and a timed-out one included.
 
 The logs under tests/data/logs/ are real runs on this machine (2026-11-26): ``trainer_debug_ngpu1.log``
 is ``NGPU=1 CONFIG_FILE=train_configs/debug.toml ./run_train.sh --training.steps 4 --metrics.log_freq 1
@@ -14,7 +16,11 @@ preflight refusal; ``crash_no_module_ngpu1.log`` a rank that cannot start (``TRA
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -26,8 +32,11 @@ from bench.gpu_report_markdown import render
 from bench.gpu_rows import ROWS, KernelRow, TrainRow
 from bench.kernel_split import KINDS, classify, split
 from bench.rank_dry_run import summarize
+from torchtitan_ext.preflight import ConfigError, check_job
+from torchtitan_ext.preflight.job_warnings import JobWarning
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "tests" / "data"
 TRAINER = (DATA / "logs" / "trainer_debug_ngpu1.log").read_text()
 DRY_PP = (DATA / "logs" / "dry_run_debug_tp2_pp2.log").read_text()
 
@@ -199,10 +208,59 @@ def test_a_failed_row_keeps_the_steady_steps_it_logged_marked_as_failed():
     assert f"| ≥ 1.6× | {ratio:.2f}× (a row failed: from the steps it logged) |" in text
 
 
-def test_without_a_gpu_it_refuses_in_one_line(capsys):
-    assert main([]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and len(err.strip().splitlines()) == 1 and "needs a CUDA GPU" in err
+@pytest.mark.slow
+def test_without_a_gpu_it_refuses_in_one_line(tmp_path):
+    """On any machine: the report runs in a process where torch sees no GPU (on a GPU machine too, where
+    calling ``main`` here would start the 8-minute report and write bench/results/gpu.md), told to
+    write elsewhere and given no time for a row."""
+    report = ROOT / "bench" / "results" / "gpu.md"
+    before = report.read_bytes()
+    out = tmp_path / "gpu.md"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.gpu_report", "--out", str(out), "--budget-s", "0"],
+        cwd=ROOT,
+        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, (proc.stdout + proc.stderr)[-3000:]
+    assert proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr[-3000:]
+    assert "needs a CUDA GPU" in proc.stderr
+    assert not out.exists() and report.read_bytes() == before
+
+
+def _run_train_argv(row: TrainRow, dump_folder: Path, tmp_path: Path) -> list[str]:
+    """The arguments run_train.sh hands the trainer's launcher for ``row``: the script itself run with
+    the row's environment and, in place of Python, a program that prints its arguments."""
+    show = tmp_path / "show_argv"
+    show.write_text('#!/bin/sh\nprintf "%s\\0" "$@"\n')
+    show.chmod(0o755)
+    argv, env = row.command(str(dump_folder))
+    # VIRTUAL_ENV set: run_train.sh runs $PYTHON rather than the checkout's .venv
+    env = dict(os.environ, **env, PYTHON=str(show), VIRTUAL_ENV=str(tmp_path))
+    shown = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, check=True, timeout=60).stdout
+    args = shown.decode().split("\0")[:-1]
+    assert args[:2] == ["-m", "torchtitan_ext.start"], args
+    return args[2:]
+
+
+def test_every_report_row_passes_the_preflight_at_its_process_count(tmp_path):
+    """A row the preflight refuses would fail on the GPU, in the report's minutes: each run_train.sh row's
+    command, as run_train.sh hands it on (a DRY_RUN row: rank 0 of a fake process group of NGPU
+    ranks), passes the preflight at its NGPU."""
+    rows = [r for r in ROWS if isinstance(r, TrainRow)]
+    assert len(rows) == len(ROWS) - 2  # and the two kernel-split rows, which run no trainer
+    for row in rows:
+        args = _run_train_argv(row, tmp_path / "run", tmp_path)
+        assert args[:2] == ["--job.config_file", f"train_configs/{row.config}.toml"]
+        assert ("--comm.mode" in args) == row.dry_run
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", JobWarning)  # bf16 on a CPU, and what else a job may hear
+            try:
+                check_job(args, row.ngpu)
+            except ConfigError as e:
+                pytest.fail(f"{row.section}: {row.name}: {e}")
 
 
 def test_dry_check_lists_every_row_and_its_command(capsys):

@@ -1,6 +1,10 @@
 """The counter-based normals of ``boost.training.model.keyed_normal``: the documented formula, computed
 independently in Python integers and float64, and the statistics of large draws (bounds at ~5σ of
-the estimator; every draw is a fixed function of its key, so the test is deterministic)."""
+the estimator; every draw is a fixed function of its key, so the test is deterministic).
+
+Two boxes of 4.2M values each: a square one (2048 × 2048) and a tall one, every row of a 128k-token
+embedding (131072 × 32): real parameters reach such coordinates, where a structure of the row words
+would show first."""
 
 from __future__ import annotations
 
@@ -14,6 +18,8 @@ import boost.training.model.keyed_normal as keyed_normal
 from boost.training.model.keyed_normal import fill_keyed_normal, key_words, mix32_
 
 N = 2048  # draws of N × N: 4.2M values
+TALL = 1 << 17  # rows of the tall box, by 32 columns: 4.2M values too
+BOXES = {"square": (range(N), range(N)), "tall": (range(TALL), range(32))}
 
 
 def _lowbias32(x: int) -> int:
@@ -64,8 +70,9 @@ def test_a_box_in_any_chunks_is_the_whole_draws_box(monkeypatch):
         assert torch.equal(_draw("w", rows=range(37, 290), cols=range(255, 513)), whole[37:290, 255:513])
 
 
-def test_a_large_draw_is_standard_normal():
-    z = _draw("layers.0.feed_forward.gate.A").flatten()
+@pytest.mark.parametrize("box", BOXES)
+def test_a_large_draw_is_standard_normal(box):
+    z = _draw("layers.0.feed_forward.gate.A", 0, *BOXES[box]).flatten()
     n = z.numel()
     assert abs(z.mean().item()) < 5 / math.sqrt(n)
     assert abs(z.std().item() - 1) < 5 / math.sqrt(2 * n)
@@ -91,10 +98,9 @@ def test_neighbours_keys_and_seeds_are_independent():
     assert abs(_corr(z[:, 1:], z[:, :-1])) < 5  # neighbouring columns
     assert abs(_corr(z[1:, 1:], z[:-1, :-1])) < 5  # diagonal
     assert abs(_corr(z[256:], z[:-256])) < 5  # rows a power of two apart
-    # the four corners of 2x2 blocks: each value mixes one row word with one column word
-    blocks = z.view(N // 2, 2, N // 2, 2)
-    corners = blocks[:, 0, :, 0] * blocks[:, 0, :, 1] * blocks[:, 1, :, 0] * blocks[:, 1, :, 1]
-    assert abs(corners.mean().item() * math.sqrt(corners.numel())) < 5
+    tall = _draw("tok_embeddings.weight", 0, *BOXES["tall"])
+    for shift in (1 << 10, 1 << 14, 1 << 16):  # far rows a power of two apart: row words' high bits
+        assert abs(_corr(tall[shift:], tall[:-shift])) < 5, shift
     for other in (
         _draw("layers.1.attention.q.A"),
         _draw("layers.0.attention.k.A"),
@@ -104,3 +110,28 @@ def test_neighbours_keys_and_seeds_are_independent():
         assert abs(_corr(z[1:], other[:-1])) < 5
     # the transpose of a square part is not its own draw (rows and columns have their own keys)
     assert abs(_corr(z, z.t())) < 5
+
+
+def _corner_products(z: torch.Tensor) -> tuple[float, float]:
+    """Every value mixes one row word with one column word, so the inputs at the four corners of a rectangle
+    (rows i, i', columns j, j') are related: x_ij − x_ij' − x_i'j + x_i'j' = 0 (mod 2^32), a structure the
+    element mix must hide. Standardised means of the corners' product, each ~N(0, 1) for independent draws:
+    over the 2×2 blocks (neighbouring coordinates), and over every rectangle, RC/2 times as many, from
+    the Gram matrices (Σ over rectangles = ¼ Σ_{j≠j'} [(Σ_i z_ij z_ij')² − Σ_i z_ij² z_ij'²]; the products
+    of distinct rectangles are uncorrelated, so the sum's variance is their count)."""
+    rows, cols = z.shape
+    blocks = z.view(rows // 2, 2, cols // 2, 2)
+    corners = blocks[:, 0, :, 0] * blocks[:, 0, :, 1] * blocks[:, 1, :, 0] * blocks[:, 1, :, 1]
+    neighbours = corners.mean().item() * math.sqrt(corners.numel())
+    gram, squares = z.t() @ z, (z * z).t() @ (z * z)
+    off = ~torch.eye(cols, dtype=torch.bool)
+    total = (gram[off] ** 2 - squares[off]).sum().item() / 4
+    count = rows * (rows - 1) / 2 * cols * (cols - 1) / 2
+    return neighbours, total / math.sqrt(count)
+
+
+@pytest.mark.parametrize("box", BOXES)
+def test_the_corners_of_every_rectangle_are_independent(box):
+    # (row and column words meeting with no element mix, h = b + c, give ~2·10⁵σ over every rectangle)
+    neighbours, every = _corner_products(_draw("tok_embeddings.weight", 0, *BOXES[box]))
+    assert abs(neighbours) < 5 and abs(every) < 5, (neighbours, every)

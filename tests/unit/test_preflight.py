@@ -61,6 +61,71 @@ CASES = [
         1,
         "boost.cudagraphs = True: CUDA graphs are not built for 2 micro-batches a step",
     ),
+    # each of what boost.cudagraphs and SimpleFSDP are not built for, alone
+    (
+        ["--boost.cudagraphs", "--compile.enable", "--compile.backend", "aot_eager"],
+        1,
+        "boost.cudagraphs = True: CUDA graphs are inductor's, over the compiled blocks: set compile.enable with "
+        '"model" in compile.components and compile.backend = "inductor"',
+    ),
+    (
+        ["--boost.cudagraphs", "--compile.enable", "--parallelism.pipeline_parallel_degree", "2"],
+        2,
+        "boost.cudagraphs = True: CUDA graphs are not built for parallelism.pipeline_parallel_degree > 1 here",
+    ),
+    (
+        ["--boost.cudagraphs", "--compile.enable", "--parallelism.data_parallel_replicate_degree", "2"],
+        2,
+        "boost.cudagraphs = True: CUDA graphs are not built for parallelism.data_parallel_replicate_degree > 1 "
+        "(DDP, HSDP) here",
+    ),
+    (
+        ["--boost.cudagraphs", "--compile.enable", "--training.enable_cpu_offload"],
+        1,
+        "boost.cudagraphs = True: CUDA graphs are not built for training.enable_cpu_offload here",
+    ),
+    (
+        ["--boost.cudagraphs", "--compile.enable", "--optimizer.name", "LORO", "--boost.linear", "svd"],
+        1,
+        'boost.cudagraphs = True: CUDA graphs are not built for optimizer.name = "LORO" here',
+    ),
+    (
+        ["--boost.fsdp", "simple_fsdp", "--compile.enable", "--parallelism.pipeline_parallel_degree", "2"],
+        2,
+        "boost.fsdp = 'simple_fsdp': SimpleFSDP is not built for parallelism.pipeline_parallel_degree > 1 here",
+    ),
+    (
+        [
+            "--boost.fsdp",
+            "simple_fsdp",
+            "--compile.enable",
+            "--parallelism.data_parallel_replicate_degree",
+            "2",
+            "--parallelism.data_parallel_shard_degree",
+            "2",
+        ],
+        4,
+        "boost.fsdp = 'simple_fsdp': SimpleFSDP is not built for parallelism.data_parallel_replicate_degree > 1 "
+        "(HSDP) here",
+    ),
+    (
+        ["--boost.fsdp", "simple_fsdp", "--compile.enable", "--training.enable_cpu_offload"],
+        1,
+        "boost.fsdp = 'simple_fsdp': SimpleFSDP is not built for training.enable_cpu_offload here",
+    ),
+    (
+        [
+            "--boost.fsdp",
+            "simple_fsdp",
+            "--compile.enable",
+            "--optimizer.name",
+            "LORO",
+            "--boost.linear",
+            "svd",
+        ],
+        1,
+        "boost.fsdp = 'simple_fsdp': SimpleFSDP is not built for optimizer.name = \"LORO\" here",
+    ),
     (
         ["--parallelism.tensor_parallel_degree", "3", "--parallelism.data_parallel_shard_degree", "1"],
         3,
