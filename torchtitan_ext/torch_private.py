@@ -42,6 +42,9 @@ replay depends on. The same on every torch of the range, no public switch, count
 ``torch._functorch.config.enable_autograd_cache`` (``keep_ranks_compiled_graphs_apart``): AOTAutograd's
 cache of compiled graphs across processes, turned off for multi-rank runs (why: that function).
 
+``torch.optim.Adam._init_group`` (``step_on_local_shards``): the step's lists of parameters, gradients and
+moments, handed to the update as the DTensors' local shards; the same signature on every torch of the range.
+
 A torch newer than the range runs where these names are there (``missing_private_api``, by feature:
 the newest stage API's names, not 2.11's); ``start.py`` refuses one that lacks any, naming them. Not
 found that way: ``PipelineStage._user_meta`` (an attribute each stage sets itself) and inductor's
@@ -89,6 +92,7 @@ def missing_private_api() -> list[str]:
             "triton.cudagraph_or_error",
         ),
         "torch._functorch.config": ("enable_autograd_cache",),
+        "torch.optim.adam": ("Adam._init_group",),  # what step_on_local_shards overrides
     }
     missing = []
     for module_name, names in wanted.items():
