@@ -4,15 +4,20 @@ and layout that BOOST runs, and the ones it refuses. One list, read by tests/end
 model) and linked from the README.
 
 Rows cover every pair of {btp, vanilla, megatron} × {eager, compiled} × {AC none, full, lowrank} ×
-{tp, fsdp×tp, pp×tp} at least once (a pairwise design: the full product is 54 runs). A row's
-reference is the same model, eager and without AC, at the same data-parallel degree — a
-data-parallel rank reads its own documents, so only runs with one DP degree see one set of samples:
-``1`` for tp and pp×tp rows, ``fsdp2`` (2 processes) for fsdp×tp rows.
+{tp, fsdp×tp, pp×tp} at least once (a pairwise design: the full product is 54 runs), and the
+block-causal mask (``boost.attn_mask_type``) once with each scheme, AC mode, layout and either compile. A
+row's reference is the same model with the same mask, eager and without AC, at the same data-parallel
+degree — a data-parallel rank reads its own documents, so only runs with one DP degree see one set of
+samples: ``1`` for tp and pp×tp rows, ``fsdp2`` (2 processes) for fsdp×tp rows. Block-causal rows read
+packed short documents (``PACKED_DOCUMENTS``: several to a window), where the mask changes the loss.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass
+from pathlib import Path
 
 # The model each scheme trains: BTP and vanilla factor the projections (vanilla shards r, so it
 # cannot group them), Megatron is the dense baseline.
@@ -63,11 +68,13 @@ class Row:
     layout: str
     precision: str = "float32"  # training.mixed_precision_param; the reference is always float32
     fsdp: str = "fully_shard"  # boost.fsdp, where FSDP wraps
+    mask: str = "causal"  # boost.attn_mask_type; block_causal rows read PACKED_DOCUMENTS
 
     @property
     def name(self) -> str:
         name = f"{self.scheme}-{'compiled' if self.compiled else 'eager'}-ac_{self.ac}-{self.layout}"
         name = name if self.precision == "float32" else f"{name}-{self.precision}"
+        name = name if self.mask == "causal" else f"{name}-{self.mask}"
         return name if self.fsdp == "fully_shard" else f"{name}-{self.fsdp}"
 
     @property
@@ -83,6 +90,36 @@ class Row:
         if self.fsdp != "fully_shard":
             args += ["--boost.fsdp", self.fsdp]
         return args
+
+
+def mask_overrides(mask: str, documents: Path) -> list[str]:
+    """The mask of a row or reference: causal on the default corpus, block_causal on ``documents``
+    (``packed_documents``)."""
+    if mask == "causal":
+        return []
+    return [
+        "--boost.attn_mask_type",
+        mask,
+        "--training.dataset",
+        "local",
+        "--training.dataset_path",
+        str(documents),
+    ]
+
+
+def packed_documents(folder: Path, count: int = 1500) -> Path:
+    """``folder/documents.jsonl``: short documents (the standard library's paragraphs of 40-400 characters,
+    ~10-100 tokens), so a 64-token window packs several of them and cuts some."""
+    from boost.training.data.stdlib_corpus import stdlib_texts
+
+    documents: list[str] = []
+    for text in stdlib_texts("train"):
+        documents += [p for p in re.split(r"\n\s*\n", text) if 40 <= len(p) <= 400]
+        if len(documents) >= count:
+            break
+    path = folder / "documents.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents[:count]))
+    return path
 
 
 SUPPORTED: list[Row] = [
@@ -104,6 +141,10 @@ SUPPORTED: list[Row] = [
     # FSDP's gathers and reductions traced into the compiled blocks (SimpleFSDP); btp with low-rank AC in
     # fp32 is held to FSDP2 under inductor, the shipped backend (test_feature_matrix.py's GPU rows' layout)
     Row("megatron", True, "full", "fsdp×tp", "bfloat16", fsdp="simple_fsdp"),
+    # documents packed into windows, each attending within itself (SDPA's boolean mask on this CPU)
+    Row("btp", True, "lowrank", "fsdp×tp", mask="block_causal"),
+    Row("vanilla", False, "full", "pp×tp", mask="block_causal"),  # masks split into pipeline micro-batches
+    Row("megatron", True, "none", "tp", mask="block_causal"),
 ]
 
 # Refused before any process starts: (processes, overrides, a phrase the refusal must contain).

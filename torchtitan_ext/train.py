@@ -181,6 +181,20 @@ class BoostTrainer(Trainer):
             extra_metrics={"n_tokens_seen": global_ntokens_seen, "lr": lr},
         )
 
+    def post_dataloading_process(self, input_dict, labels):
+        """torchtitan's, with the masks of every attention kernel BOOST offers: torchtitan builds them for
+        flex and varlen only, and BOOST's SDPA takes block_causal too (``JobTransformer.get_attention_masks``;
+        ``None`` for causal SDPA, and then no keyword, as torchtitan passes none)."""
+        inputs = input_dict["input"]
+        extra_inputs = {k: v for k, v in input_dict.items() if k != "input"}
+        extra_kwargs = {}
+        masks = self.model_parts[0].get_attention_masks(
+            input_batch=inputs, tokenizer=self.tokenizer, extra_inputs=extra_inputs
+        )
+        if masks is not None:
+            extra_kwargs["attention_masks"] = masks
+        return inputs, labels, extra_inputs, extra_kwargs
+
     def _clip_grad_norm(self) -> torch.Tensor:
         """torchtitan's ``clip_grad_norm_`` (the norm over every rank, pipeline stages included), on
         local shards where ``boost.training.parallel.grad_norm`` applies, torchtitan's own elsewhere."""

@@ -599,3 +599,84 @@ def sequence_parallel_problem(sequence_parallel: bool, tp_scheme: str, seq_len: 
     if seq_len % tp:
         return f"shards the sequence: training.seq_len = {seq_len} must be divisible by {tp}"
     return None
+
+
+# ----------------------------------------------------------------------------- attention
+
+
+@dataclass(frozen=True)
+class AttentionKind:
+    """An attention kernel as torchtitan's LLaMA names it (``attn_type``; BOOST's ``boost.attn_type``), and
+    what it composes with. Which device trains it is torch's to say (``torchtitan_ext.infra.attention``
+    asks torch, on the device); these are the rules that hold on every device."""
+
+    name: str
+    masks: tuple[str, ...]
+    """The ``attn_mask_type`` values it computes: causal, and block_causal (a token attends only within its
+    own document of a packed window)."""
+    context_parallel: bool
+    """It runs with the sequence sharded over a ``cp`` mesh dim (torch's ring SDPA, FlexAttention with
+    all-gathered keys and values); torchtitan has no context-parallel varlen."""
+    pipelines: bool
+    """Its masks split into pipeline micro-batches along the batch dim (a ``[b, ...]`` tensor, a
+    ``BlockMask``); varlen's cumulative document offsets run over the whole local batch."""
+
+
+ATTENTION_KINDS: dict[str, AttentionKind] = {
+    kind.name: kind
+    for kind in (
+        # SDPA: causal through is_causal (flash kernels, torch's ring under CP); block_causal through a
+        # boolean [b, 1, s, s] mask (BOOST's: torchtitan's SDPA ignores the mask type)
+        AttentionKind("sdpa", masks=("causal", "block_causal"), context_parallel=True, pipelines=True),
+        AttentionKind("flex", masks=("causal", "block_causal"), context_parallel=True, pipelines=True),
+        # torch's varlen_attn over the packed documents: block_causal only, as torchtitan's
+        AttentionKind("varlen", masks=("block_causal",), context_parallel=False, pipelines=False),
+    )
+}
+ATTENTION_TYPES = tuple(ATTENTION_KINDS)
+MASK_TYPES = ("causal", "block_causal")
+"""causal (every window one sequence); block_causal (each document of a packed window attends only within
+itself: its boundaries are the tokenizer's EOS, the token after one opens the next document)."""
+
+
+def attention_kind(name: str) -> AttentionKind:
+    """The kind called ``name``; ``ValueError`` naming the choices otherwise."""
+    if name not in ATTENTION_KINDS:
+        raise ValueError(f"boost.attn_type = {name!r} is unknown; choose one of {ATTENTION_TYPES}")
+    return ATTENTION_KINDS[name]
+
+
+def attention_mask_problem(attn_type: str, mask_type: str) -> str | None:
+    """The mask type is one the attention kernel computes.
+
+    Example::
+
+        >>> attention_mask_problem("varlen", "causal")
+        'varlen attends within each document of a packed window: use "block_causal", or boost.attn_type = "sdpa"'
+    """
+    if mask_type not in MASK_TYPES:
+        return f"choose one of {MASK_TYPES}"
+    kind = ATTENTION_KINDS[attn_type]
+    if mask_type in kind.masks:
+        return None
+    offers = next(k.name for k in ATTENTION_KINDS.values() if mask_type in k.masks)
+    return (
+        f'{attn_type} attends within each document of a packed window: use "{kind.masks[0]}", '
+        f'or boost.attn_type = "{offers}"'
+    )
+
+
+def attention_layout_problem(attn_type: str, cp: int, pp: int) -> str | None:
+    """The attention kernel composes with the layout's context and pipeline parallelism."""
+    kind = ATTENTION_KINDS[attn_type]
+    others = " or ".join(
+        f'"{k.name}"' for k in ATTENTION_KINDS.values() if k.context_parallel and k.pipelines
+    )
+    if cp > 1 and not kind.context_parallel:
+        return f"{attn_type} has no context-parallel path (torch's nor torchtitan's): use {others}"
+    if pp > 1 and not kind.pipelines:
+        return (
+            f"{attn_type}'s document offsets run over the whole local batch, which a pipeline splits into "
+            f"micro-batches: use {others}"
+        )
+    return None

@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.feature_matrix import LAYOUTS, MODELS, REFERENCES, REFUSED, SUPPORTED, Row
+from tests.feature_matrix import (
+    LAYOUTS,
+    MODELS,
+    REFERENCES,
+    REFUSED,
+    SUPPORTED,
+    Row,
+    mask_overrides,
+    packed_documents,
+)
 from tests.suite_once import once_per_suite
 from tests.trainer import ROOT, losses, train
 
@@ -59,21 +68,31 @@ def assert_same_curve(got: dict[int, float], want: dict[int, float], rtol: float
 
 
 @pytest.fixture(scope="module")
-def reference_losses(tmp_path_factory):
-    """Reference curves, one per (scheme's model, data-parallel degree), computed once a suite when first
-    asked (``tests/suite_once.py``: the rows run on every xdist worker)."""
-    cache: dict[tuple[str, str], dict[int, float]] = {}
+def documents(tmp_path_factory) -> Path:
+    """The packed short documents of the block-causal rows, written once a suite."""
+    folder, _ = once_per_suite(tmp_path_factory, "packed-documents", lambda f: str(packed_documents(f)))
+    return folder / "documents.jsonl"
 
-    def get(scheme: str, reference: str) -> dict[int, float]:
-        if (scheme, reference) not in cache:
+
+@pytest.fixture(scope="module")
+def reference_losses(tmp_path_factory, documents):
+    """Reference curves, one per (scheme's model, data-parallel degree, mask), computed once a suite when
+    first asked (``tests/suite_once.py``: the rows run on every xdist worker)."""
+    cache: dict[tuple[str, str, str], dict[int, float]] = {}
+
+    def get(scheme: str, reference: str, mask: str = "causal") -> dict[int, float]:
+        if (scheme, reference, mask) not in cache:
             ngpu, layout = REFERENCES[reference]
+            masked = mask_overrides(mask, documents)
             _, log = once_per_suite(
                 tmp_path_factory,
-                f"ref-{scheme}-{reference}",
-                lambda folder: train(folder, *COMMON, *MODELS[scheme], *layout, ngpu=ngpu, steps=STEPS),
+                f"ref-{scheme}-{reference}" + ("" if mask == "causal" else f"-{mask}"),
+                lambda folder: train(
+                    folder, *COMMON, *MODELS[scheme], *layout, *masked, ngpu=ngpu, steps=STEPS
+                ),
             )
-            cache[scheme, reference] = losses(log)
-        return cache[scheme, reference]
+            cache[scheme, reference, mask] = losses(log)
+        return cache[scheme, reference, mask]
 
     return get
 
@@ -92,19 +111,21 @@ COMPAT_ROW = "btp-eager-ac_lowrank-pp×tp"
     [pytest.param(r, marks=[pytest.mark.compat] if r.name == COMPAT_ROW else []) for r in SUPPORTED],
     ids=lambda r: r.name,
 )
-def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_path: Path):
+def test_supported_row_matches_its_reference(row: Row, reference_losses, documents, tmp_path: Path):
     ngpu = LAYOUTS[row.layout][0]
     # the loss lives on the last pipeline stage: ranks 2 and 3 of pp=2 × tp=2
     log = train(
         tmp_path,
         *COMMON,
         *row.overrides(),
+        *mask_overrides(row.mask, documents),
         *(PROFILING if row.name == PROFILED_ROW else []),
         ngpu=ngpu,
         steps=STEPS,
         log_rank=2 if row.layout == "pp×tp" else 0,
     )
     assert f"Applied {row.scheme} tensor parallelism (degree 2" in log
+    assert f"Attention: sdpa, {row.mask} mask" in log
     if row.compiled:
         assert "Compiling each TransformerBlock with torch.compile" in log
         # the first step compiles (before torchtitan lowers the timeouts); the counter watches the second
@@ -121,7 +142,7 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_pat
     else:
         assert re.search(r"comm/step: .*all_reduce \d+× [\d.]+ [KM]iB", log), log[-3000:]
         _assert_tensorboard_has_comm_metrics(tmp_path / "out" / "tb")
-    got, want = losses(log), reference_losses(row.scheme, row.reference)
+    got, want = losses(log), reference_losses(row.scheme, row.reference, row.mask)
     assert_same_curve(got, want, RTOL if row.precision == "float32" else BF16_RTOL)
     if row.name == PROFILED_ROW:
         traces = list((tmp_path / "out" / "profile_traces" / "iteration_4").glob("rank*_trace.json"))
@@ -133,6 +154,20 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_pat
         # it really computed in bf16: farther from the fp32 curve than fp32 layouts ever are
         assert any(abs(got[s] - want[s]) > RTOL * abs(want[s]) for s in want), (got, want)
         assert f"BOOST computes in bfloat16 ({'FSDP2' if row.fsdp == 'fully_shard' else 'SimpleFSDP'}" in log
+
+
+@pytest.mark.slow
+def test_block_causal_reference_is_not_the_causal_run(reference_losses, documents, tmp_path: Path):
+    # The block-causal references hold the rows; this holds the references to the mask: on the same packed
+    # documents the causal run's curve is another one, at every step 5x farther than the rows' tolerance
+    # (windows hold several documents).
+    corpus = ("--training.dataset", "local", "--training.dataset_path", str(documents))
+    log = train(tmp_path, *COMMON, *MODELS["megatron"], *corpus, ngpu=1, steps=STEPS)
+    causal, block_causal = losses(log), reference_losses("megatron", "1", "block_causal")
+    assert all(abs(causal[s] - block_causal[s]) > 5 * RTOL * abs(causal[s]) for s in causal), (
+        causal,
+        block_causal,
+    )
 
 
 @pytest.mark.parametrize(

@@ -237,6 +237,20 @@ CASES = [
         "experimental.custom_import = 'no.such.module': no such module",
     ),
     # Feature combinations
+    (["--boost.attn_type", "ring"], 1, "boost.attn_type = 'ring': choose one of"),
+    (
+        ["--boost.attn_type", "varlen"],
+        1,
+        "boost.attn_mask_type = 'causal': varlen attends within each document of a packed window",
+    ),
+    (
+        [
+            *("--boost.attn_type", "varlen", "--boost.attn_mask_type", "block_causal"),
+            *("--parallelism.pipeline_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"),
+        ],
+        2,
+        "boost.attn_type = 'varlen': varlen's document offsets run over the whole local batch",
+    ),
     (
         ["--parallelism.context_parallel_degree", "2"],
         2,

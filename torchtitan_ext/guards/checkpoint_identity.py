@@ -34,9 +34,10 @@ from boost.training.rules import MODEL_NAME, norm_is_shard_local
 
 IDENTITY_FILE = "boost_model.json"
 
-# ModelArgs fields that do not change the computation: max_seq_len only sizes the RoPE table (a
-# buffer rebuilt at start, never saved) and init_seed only draws the initial weights.
-_NOT_IDENTITY = {"max_seq_len", "init_seed"}
+# ModelArgs fields that do not change the weights a checkpoint holds: max_seq_len only sizes the RoPE table
+# (a buffer rebuilt at start, never saved), init_seed only draws the initial weights, and the attention
+# kernel and mask are how a run attends (a run may stretch its windows onto another kernel or mask).
+_NOT_IDENTITY = {"max_seq_len", "init_seed", "attn_type", "attn_mask_type"}
 
 # Where the user changes a field; the others follow from model.flavor.
 _SET_BY = {

@@ -28,6 +28,7 @@ from torchtitan.tools.logging import logger
 import boost.training.parallel
 from boost.training import rules
 from boost.training.rules import reshards_after_forward
+from torchtitan_ext.infra.attention import compile_flex_attention
 from torchtitan_ext.infra.cudagraphs import apply_compile_with_cudagraphs
 from torchtitan_ext.infra.simple_fsdp import apply_simple_fsdp
 from torchtitan_ext.torch_private import keep_ranks_compiled_graphs_apart
@@ -49,6 +50,9 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
             f"Applied {cfg.tp_scheme} tensor parallelism (degree {parallel_dims.tp}, norm {cfg.norm})"
         )
 
+    logger.info(f"Attention: {cfg.attn_type}, {cfg.attn_mask_type} mask")
+    if cfg.attn_type == "flex":
+        compile_flex_attention()  # torchtitan's LLaMA always runs FlexAttention compiled
     compile_model = rules.compiles_model(job_config.compile.enable, job_config.compile.components)
     # One switch: boost.activation_checkpoint (the preflight refuses torchtitan's own [activation_checkpoint]
     # mode beside it). "full" is torchtitan's whole-block AC, applied by torchtitan's own code.

@@ -23,7 +23,16 @@ from typing import Any
 
 from boost.training import rules
 from boost.training.model.args import FLAVORS, ModelArgs
-from boost.training.rules import AC_MODES, FSDP_IMPLS, KINDS, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
+from boost.training.rules import (
+    AC_MODES,
+    ATTENTION_TYPES,
+    FSDP_IMPLS,
+    KINDS,
+    LINEAR_KINDS,
+    MASK_TYPES,
+    NORM_MODES,
+    TP_SCHEMES,
+)
 
 # torchtitan.components.optimizer.build_optimizers knows Adam and AdamW (NotImplementedError otherwise);
 # torchtitan_ext.optimizer.build_boost_optimizers adds LORO.
@@ -407,6 +416,13 @@ RULES: tuple[Rule, ...] = (
     one_of("boost.tp_scheme", TP_SCHEMES),
     one_of("boost.activation_checkpoint", AC_MODES),
     one_of("boost.fsdp", FSDP_IMPLS),
+    one_of("boost.attn_type", ATTENTION_TYPES),
+    one_of("boost.attn_mask_type", MASK_TYPES),
+    Rule(
+        "boost.attn_mask_type",
+        "one the attention kernel computes (varlen: block_causal)",
+        lambda c: rules.attention_mask_problem(c.boost.attn_type, c.boost.attn_mask_type),
+    ),
     Rule(
         "boost.fsdp",
         "simple_fsdp: compiled model, no PP, HSDP, CPU offload or LORO, reshard policy default",
@@ -461,6 +477,13 @@ RULES: tuple[Rule, ...] = (
             if c.job.parallelism.context_parallel_degree == 1
             else "BOOST's Transformer does not take torchtitan's context-parallel positions (CP × BTP is not "
             "implemented): use 1"
+        ),
+    ),
+    Rule(
+        "boost.attn_type",
+        "sdpa or flex under context or pipeline parallelism (varlen has neither)",
+        lambda c: rules.attention_layout_problem(
+            c.boost.attn_type, c.job.parallelism.context_parallel_degree, c.pp
         ),
     ),
     Rule(
