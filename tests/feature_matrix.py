@@ -54,6 +54,40 @@ LAYOUTS: dict[str, tuple[int, tuple[str, ...]]] = {  # name -> (processes, overr
     ),
 }
 
+_CP = ("--parallelism.context_parallel_degree", "2")
+# Context parallelism: the sequence over the cp ranks (the load balancer's head-tail chunks), alone, with TP,
+# over FSDP's dp_shard × cp and under PP; a row's reference is one process (fsdp×cp: fsdp2, the data-parallel
+# degree: CP ranks read the same samples).
+LAYOUTS.update(
+    {
+        "cp4": (
+            4,
+            ("--parallelism.context_parallel_degree", "4", "--parallelism.data_parallel_shard_degree", "1"),
+        ),
+        "cp×tp": (
+            4,
+            (
+                *_CP,
+                "--parallelism.tensor_parallel_degree",
+                "2",
+                "--parallelism.data_parallel_shard_degree",
+                "1",
+            ),
+        ),
+        "fsdp×cp": (4, (*_CP, "--parallelism.data_parallel_shard_degree", "2")),
+        "pp×cp": (
+            4,
+            (
+                *_CP,
+                "--parallelism.pipeline_parallel_degree",
+                "2",
+                "--parallelism.data_parallel_shard_degree",
+                "1",
+            ),
+        ),
+    }
+)
+
 REFERENCES: dict[str, tuple[int, tuple[str, ...]]] = {  # data-parallel degree -> (processes, overrides)
     "1": (1, ()),
     "fsdp2": (2, ("--parallelism.data_parallel_shard_degree", "2")),
@@ -79,7 +113,7 @@ class Row:
 
     @property
     def reference(self) -> str:
-        return "fsdp2" if self.layout == "fsdp×tp" else "1"
+        return "fsdp2" if self.layout.startswith("fsdp×") else "1"
 
     def overrides(self) -> list[str]:
         args = [*MODELS[self.scheme], *LAYOUTS[self.layout][1], "--boost.activation_checkpoint", self.ac]
@@ -145,6 +179,14 @@ SUPPORTED: list[Row] = [
     Row("btp", True, "lowrank", "fsdp×tp", mask="block_causal"),
     Row("vanilla", False, "full", "pp×tp", mask="block_causal"),  # masks split into pipeline micro-batches
     Row("megatron", True, "none", "tp", mask="block_causal"),
+    # context parallelism: torch's ring over the CPU's SDPA kernel (causal), all-gathered keys and values
+    # under the block-causal mask; every TP scheme at cp 2 × tp 2, cp 4, FSDP over dp_shard × cp, PP
+    Row("btp", True, "lowrank", "cp×tp"),
+    Row("vanilla", False, "full", "cp×tp", mask="block_causal"),
+    Row("megatron", True, "none", "cp×tp"),
+    Row("btp", False, "none", "cp4", mask="block_causal"),
+    Row("btp", True, "full", "fsdp×cp", mask="block_causal"),
+    Row("btp", False, "none", "pp×cp"),
 ]
 
 # Refused before any process starts: (processes, overrides, a phrase the refusal must contain).
@@ -164,7 +206,10 @@ REFUSED: list[tuple[int, tuple[str, ...], str]] = [
         ("--boost.activation_checkpoint", "lowrank"),
         "boost.activation_checkpoint",
     ),  # TP = 1: nothing r-wide
-    (2, ("--parallelism.context_parallel_degree", "2"), "parallelism.context_parallel_degree"),
+    # no context-parallel varlen (torch's nor torchtitan's); a window that does not split into the cp ranks'
+    # head and tail chunks
+    (2, (*_CP, "--boost.attn_type", "varlen", "--boost.attn_mask_type", "block_causal"), "boost.attn_type"),
+    (2, (*_CP, "--training.seq_len", "66"), "training.seq_len"),
     (1, ("--activation_checkpoint.mode", "full"), "activation_checkpoint.mode"),  # one AC switch
     (2, (*LAYOUTS["tp"][1], "--boost.no-group-linears"), "boost.norm"),  # online needs one reader per norm
     (2, (*LAYOUTS["tp"][1], "--boost.tp_scheme", "vanilla", "--boost.norm", "sync"), "boost.group_linears"),

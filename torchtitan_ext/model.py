@@ -54,10 +54,10 @@ class JobModelArgs(ModelArgs):
 
 class JobTransformer(Transformer):
     """``boost.Transformer`` with the mask hook torchtitan's trainer and validator call once a batch, and the
-    ``attention_masks`` keyword they pass to forward."""
+    keywords they pass to forward: ``attention_masks``, and ``positions`` under context parallelism."""
 
-    def forward(self, tokens: torch.Tensor, attention_masks=None) -> torch.Tensor:
-        return super().forward(tokens, attention_masks=attention_masks)
+    def forward(self, tokens: torch.Tensor, attention_masks=None, positions=None) -> torch.Tensor:
+        return super().forward(tokens, attention_masks=attention_masks, positions=positions)
 
     def get_attention_masks(self, input_batch: torch.Tensor, tokenizer, extra_inputs=None):
         """What the attention kernel takes for ``input_batch`` (``boost.training.model.attention``): ``None``

@@ -33,6 +33,7 @@ from torchtitan_ext.guards.launcher_watch import end_with_launcher
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.guards.step_hold import hold_at_step
 from torchtitan_ext.infra import cudagraphs
+from torchtitan_ext.infra.context_parallel import prepare_batch
 from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
 from torchtitan_ext.start_warnings import install as answer_start_warnings
 from torchtitan_ext.startup_clock import STARTUP
@@ -182,18 +183,17 @@ class BoostTrainer(Trainer):
         )
 
     def post_dataloading_process(self, input_dict, labels):
-        """torchtitan's, with the masks of every attention kernel BOOST offers: torchtitan builds them for
-        flex and varlen only, and BOOST's SDPA takes block_causal too (``JobTransformer.get_attention_masks``;
-        ``None`` for causal SDPA, and then no keyword, as torchtitan passes none)."""
-        inputs = input_dict["input"]
-        extra_inputs = {k: v for k, v in input_dict.items() if k != "input"}
-        extra_kwargs = {}
-        masks = self.model_parts[0].get_attention_masks(
-            input_batch=inputs, tokenizer=self.tokenizer, extra_inputs=extra_inputs
+        """torchtitan's, for BOOST's model (``context_parallel.prepare_batch``): the masks of every attention
+        kernel (torchtitan builds them for flex and varlen only), then this rank's share of the sequence."""
+        dims = self.parallel_dims
+        return prepare_batch(
+            self.model_parts[0],
+            self.tokenizer,
+            input_dict,
+            labels,
+            dims.get_mesh("cp") if dims.cp_enabled else None,
+            self.job_config.parallelism.context_parallel_load_balancer,
         )
-        if masks is not None:
-            extra_kwargs["attention_masks"] = masks
-        return inputs, labels, extra_inputs, extra_kwargs
 
     def _clip_grad_norm(self) -> torch.Tensor:
         """torchtitan's ``clip_grad_norm_`` (the norm over every rank, pipeline stages included), on

@@ -680,3 +680,49 @@ def attention_layout_problem(attn_type: str, cp: int, pp: int) -> str | None:
             f"micro-batches: use {others}"
         )
     return None
+
+
+# ----------------------------------------------------------------------------- context parallelism
+
+CP_LOAD_BALANCERS = ("headtail", "ptrr", None)
+"""torchtitan's ``parallelism.context_parallel_load_balancer``: headtail (rank ``i`` holds chunks ``i`` and
+``2·cp - 1 - i`` of a window, an equal share of the causal triangle), ptrr (FlexAttention's, read from its
+block mask), None (contiguous chunks)."""
+FLEX_BLOCK = 128
+"""FlexAttention's block of queries and keys (torch's default sparse block size): its context-parallel mask
+shards whole blocks."""
+
+
+def context_parallel_problem(
+    cp: int, seq_len: int, attn_type: str, load_balancer: str | None, tp: int, sequence_parallel: bool
+) -> str | None:
+    """What a window of ``seq_len`` tokens needs to split over ``cp`` ranks: equal shares (two chunks each
+    under a load balancer), each split again over TP under megatron's sequence parallelism; whole flex blocks.
+
+    Example::
+
+        >>> context_parallel_problem(4, 100, "sdpa", "headtail", tp=1, sequence_parallel=False)
+        'must be divisible by 8 (cp 4 × 2 chunks a rank under the headtail balancer)'
+    """
+    if cp == 1:
+        return None
+    parts, why = cp, [f"cp {cp}"]
+    if load_balancer is not None:
+        parts, why = parts * 2, [*why, f"2 chunks a rank under the {load_balancer} balancer"]
+    if sequence_parallel and tp > 1:
+        parts, why = parts * tp, [*why, f"tp {tp} of megatron's sequence parallelism"]
+    if seq_len % parts:
+        return f"must be divisible by {parts} ({' × '.join(why)})"
+    if attn_type == "flex" and seq_len % (cp * FLEX_BLOCK):
+        return f"must be divisible by cp × {FLEX_BLOCK} = {cp * FLEX_BLOCK}: FlexAttention's CP mask shards blocks"
+    return None
+
+
+def load_balancer_problem(load_balancer: str | None, attn_type: str, cp: int) -> str | None:
+    """torchtitan's balancers: ptrr reads FlexAttention's block mask (torchtitan's ``cp_shard`` refuses it
+    without one)."""
+    if load_balancer not in CP_LOAD_BALANCERS:
+        return f"choose one of {CP_LOAD_BALANCERS}"
+    if cp > 1 and load_balancer == "ptrr" and attn_type != "flex":
+        return 'ptrr balances by a FlexAttention block mask: use "headtail" (or None), or boost.attn_type = "flex"'
+    return None

@@ -113,7 +113,7 @@ COMPAT_ROW = "btp-eager-ac_lowrank-pp×tp"
 )
 def test_supported_row_matches_its_reference(row: Row, reference_losses, documents, tmp_path: Path):
     ngpu = LAYOUTS[row.layout][0]
-    # the loss lives on the last pipeline stage: ranks 2 and 3 of pp=2 × tp=2
+    # the loss lives on the last pipeline stage: ranks 2 and 3 of pp=2 × tp=2 (and of pp=2 × cp=2)
     log = train(
         tmp_path,
         *COMMON,
@@ -122,9 +122,10 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, documen
         *(PROFILING if row.name == PROFILED_ROW else []),
         ngpu=ngpu,
         steps=STEPS,
-        log_rank=2 if row.layout == "pp×tp" else 0,
+        log_rank=2 if row.layout.startswith("pp×") else 0,
     )
-    assert f"Applied {row.scheme} tensor parallelism (degree 2" in log
+    if "tp" in row.layout:
+        assert f"Applied {row.scheme} tensor parallelism (degree 2" in log
     assert f"Attention: sdpa, {row.mask} mask" in log
     if row.compiled:
         assert "Compiling each TransformerBlock with torch.compile" in log
@@ -133,14 +134,19 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, documen
             assert log.index("comm/step") > re.search(r"step:\s+2\s", log).start(), log[-3000:]
     if row.ac == "lowrank":
         assert "Applied low-rank activation checkpointing" in log
-    if row.layout == "fsdp×tp":
+    if row.layout.startswith("fsdp×"):
         assert ("Applied FSDP to the model" if row.fsdp == "fully_shard" else "Applied SimpleFSDP") in log
-    if row.layout == "pp×tp":
+    if "cp" in row.layout:
+        how = "ring attention" if row.mask == "causal" else "keys and values all-gathered"
+        applied = rf"Applied context parallelism \(degree \d\) to sdpa attention: {how}"
+        assert re.search(applied, log), log[-3000:]
+    if row.layout.startswith("pp×"):
         # the per-token loss scaling under PP (torchtitan #2972): gradient norms like the unpipelined run's
         norms = [float(v) for v in re.findall(r"grad_norm:\s+([\d.]+)", log)]
         assert norms and max(norms) < 20, norms
     else:
-        assert re.search(r"comm/step: .*all_reduce \d+× [\d.]+ [KM]iB", log), log[-3000:]
+        collective = "all_gather" if "cp" in row.layout else "all_reduce"  # the attention's keys and values
+        assert re.search(rf"comm/step: .*{collective} \d+× [\d.]+ [KM]iB", log), log[-3000:]
         _assert_tensorboard_has_comm_metrics(tmp_path / "out" / "tb")
     got, want = losses(log), reference_losses(row.scheme, row.reference, row.mask)
     assert_same_curve(got, want, RTOL if row.precision == "float32" else BF16_RTOL)

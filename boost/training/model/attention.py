@@ -72,17 +72,11 @@ class VarlenMetadata(NamedTuple):
     max_k: int
 
 
-def _repeat_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    # (bs, n_kv_heads, seqlen, head_dim) -> (bs, n_heads, seqlen, head_dim)
-    n_rep = q.shape[1] // k.shape[1]
-    if n_rep == 1:
-        return k, v
-    return k.repeat_interleave(n_rep, dim=1), v.repeat_interleave(n_rep, dim=1)
-
-
 class ScaledDotProductAttention(nn.Module):
     """``attn_type = "sdpa"``: torch's ``scaled_dot_product_attention``, causal by ``is_causal`` or masked
     by a boolean ``[b, 1, s, s]`` (block_causal: BOOST's; torchtitan's SDPA ignores the mask type)."""
+
+    takes_gqa: ClassVar[bool] = False  # keys and values come repeated to the query heads (``attend``)
 
     @staticmethod
     def masks(tokens: torch.Tensor, mask_type: str, eos_id: int, **_) -> torch.Tensor | None:
@@ -91,7 +85,6 @@ class ScaledDotProductAttention(nn.Module):
     def forward(self, q, k, v, *, attention_masks: torch.Tensor | None = None) -> torch.Tensor:
         # (bs, n_heads, seqlen, head_dim); k/v may be longer than q (cached past positions): the queries
         # are then the last ones.
-        k, v = _repeat_kv(q, k, v)
         if attention_masks is not None:
             return F.scaled_dot_product_attention(q, k, v, attn_mask=attention_masks)
         q_len, k_len = q.shape[2], k.shape[2]
@@ -108,6 +101,7 @@ class FlexAttention(nn.Module):
     compiled one, as torchtitan's ``FlexAttentionWrapper`` holds it (``torchtitan_ext.infra.attention``)."""
 
     kernel: ClassVar[Callable] = staticmethod(flex_attention)
+    takes_gqa: ClassVar[bool] = True  # fewer key/value heads than query heads, as they are (enable_gqa)
 
     @staticmethod
     def masks(
@@ -128,6 +122,8 @@ class VarlenAttention(nn.Module):
     """``attn_type = "varlen"``: torch's ``varlen_attn`` over the packed documents (block_causal only),
     called as torchtitan's ``VarlenAttentionWrapper`` calls it."""
 
+    takes_gqa: ClassVar[bool] = False
+
     @staticmethod
     def masks(tokens: torch.Tensor, mask_type: str, eos_id: int, **_) -> VarlenMetadata:
         ends = tokens == eos_id
@@ -142,7 +138,6 @@ class VarlenAttention(nn.Module):
         from torch.nn.attention.varlen import varlen_attn
 
         b, _, s, _ = q.shape
-        k, v = _repeat_kv(q, k, v)
         packed = [t.transpose(1, 2).flatten(0, 1) for t in (q, k, v)]  # (bs * seqlen, n_heads, head_dim)
         m = attention_masks
         # window_size (-1, 0): every earlier position of the document and none after (is_causal)
@@ -168,6 +163,11 @@ def make_attention(attn_type: str, attn_mask_type: str) -> nn.Module:
 
 def attend(inner: nn.Module, q, k, v, attention_masks=None) -> torch.Tensor:
     """``inner`` (a ``KERNELS`` module) on ``(bs, seqlen, n_local_heads, head_dim)`` queries, keys and values;
-    ``(bs, seqlen, n_local_heads * head_dim)`` out."""
+    ``(bs, seqlen, n_local_heads * head_dim)`` out. Keys and values are repeated to the query heads for the
+    kernels that take no fewer (GQA), before the kernel's module: under context parallelism its inputs
+    are the sequence's shards."""
+    n_rep = q.shape[2] // k.shape[2]
+    if n_rep > 1 and not inner.takes_gqa:
+        k, v = k.repeat_interleave(n_rep, dim=2), v.repeat_interleave(n_rep, dim=2)
     out = inner(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attention_masks=attention_masks)
     return out.transpose(1, 2).flatten(2)

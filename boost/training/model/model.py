@@ -30,11 +30,12 @@ def rope_cache(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
 
 
 def apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
-    # x: (bs, seqlen, n_local_heads, head_dim)
+    # x: (bs, seqlen, n_local_heads, head_dim); cache: the table from x's first position, or
+    # (bs, seqlen, head_dim // 2, 2) the table at each token's own position
     seqlen = x.shape[1]
     pairs = x.unflatten(-1, (-1, 2))
-    cos = cache[:seqlen, None, :, 0].to(x.dtype)
-    sin = cache[:seqlen, None, :, 1].to(x.dtype)
+    cos = cache[..., :seqlen, None, :, 0].to(x.dtype)
+    sin = cache[..., :seqlen, None, :, 1].to(x.dtype)
     even, odd = pairs[..., 0], pairs[..., 1]
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
@@ -209,14 +210,21 @@ class Transformer(nn.Module):
             fill_seeded(w, SeededPart("output", tuple(w.shape), args.dim**-0.5), seed)
 
     def forward(
-        self, tokens: torch.Tensor, cache: KVCache | None = None, attention_masks=None
+        self,
+        tokens: torch.Tensor,
+        cache: KVCache | None = None,
+        attention_masks=None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Logits of ``tokens``; with a ``KVCache``, ``tokens`` continue the cached positions
         (incremental decoding: only the new positions are computed). ``attention_masks``: what the
-        attention kernel takes (``boost.training.model.attention``; ``None`` for causal SDPA)."""
+        attention kernel takes (``boost.training.model.attention``; ``None`` for causal SDPA).
+        ``positions`` ``[bs, seqlen]``: each token's position in its window, where the tokens are not
+        the window in order (a context-parallel shard, torchtitan's ``positions``)."""
         # Pipeline stages may have dropped the embedding / head: pass through what arrives.
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         rope = self.rope if cache is None else self.rope[cache.begin(tokens.shape[1]) :]
+        rope = rope if positions is None else self.rope[positions]
         # LaX's crossing latent is per position, so it runs on the new positions alone: no cache.
         carry = {} if KINDS[self.model_args.linear].latent_crossing else None
         for layer in self.layers.values():
