@@ -56,6 +56,9 @@ sharding torchtitan 0.2.2 no longer uses):
 - ``_ContextParallel`` with ``AttentionType.FLEX`` (``all_gathered_keys_and_values``): torch's
   FlexAttention CP all-gathers keys and values before the kernel (``flex_cp_allgather``, a reduce-scatter
   backward); BOOST puts the same pre-hook on its masked SDPA (block_causal), whose mask rows arrive sharded.
+- ``set_rotate_method`` (``ring_rotate_method``): how the ring passes keys and values on
+  (``parallelism.context_parallel_rotate_method``), which torchtitan 0.2.2 sets only in a validation
+  context it never enters, so its training ring always all-gathers.
 - ``_HeadTailLoadBalancer._generate_indices`` (``sequence_order``): the order torchtitan's ``cp_shard``
   deals a window's positions to the CP ranks, which the all-gathered keys follow.
 """
@@ -362,3 +365,10 @@ def sequence_order(balancer: str | None, seq_len: int, cp: int, device: torch.de
     from torch.distributed.tensor.experimental._attention import _HeadTailLoadBalancer
 
     return _HeadTailLoadBalancer(seq_len, cp, device)._generate_indices()[0]
+
+
+def ring_rotate_method(method: str) -> None:
+    """``"allgather"`` (one all-gather of the keys and values a layer) or ``"alltoall"`` (passed rank to rank)."""
+    from torch.distributed.tensor.experimental._attention import set_rotate_method
+
+    set_rotate_method(method)

@@ -28,14 +28,14 @@ from tests.distributed import run_distributed
 VOCAB, SEQ, BATCH, BOS, EOS = 256, 32, 2, 1, 2
 TOL = 1e-10
 
-# (linear kind, tp scheme, mask, cp, tp) at world size 4
+# (linear kind, tp scheme, mask, cp, tp, how the ring passes keys on) at world size 4
 CASES = [
-    ("cola", "btp", "causal", 2, 2),
-    ("cola", "btp", "block_causal", 2, 2),
-    ("cola", "vanilla", "block_causal", 2, 2),
-    ("full", "megatron", "causal", 2, 2),
-    ("lax", "btp", "causal", 4, 1),
-    ("svd", "btp", "block_causal", 4, 1),
+    ("cola", "btp", "causal", 2, 2, "allgather"),
+    ("cola", "btp", "block_causal", 2, 2, "allgather"),
+    ("cola", "vanilla", "block_causal", 2, 2, "allgather"),
+    ("full", "megatron", "causal", 2, 2, "alltoall"),
+    ("lax", "btp", "causal", 4, 1, "alltoall"),
+    ("svd", "btp", "block_causal", 4, 1, "allgather"),
 ]
 
 
@@ -65,8 +65,8 @@ def _body(rank: int, world_size: int) -> None:
     torch.set_default_dtype(torch.float64)
     tokenizer = SimpleNamespace(eos_id=EOS)
     inputs, labels = _packed_batch()
-    for kind, scheme, mask, cp, tp in CASES:
-        tag = f"{kind}/{scheme}/{mask}/cp={cp}/tp={tp}"
+    for kind, scheme, mask, cp, tp, rotate in CASES:
+        tag = f"{kind}/{scheme}/{mask}/cp={cp}/tp={tp}/{rotate}"
         mesh = init_device_mesh("cpu", (cp, tp), mesh_dim_names=("cp", "tp"))
         args = ModelArgs.from_flavor(
             "debug",
@@ -87,7 +87,7 @@ def _body(rank: int, world_size: int) -> None:
         model = JobTransformer(args)
         if tp > 1:
             apply_tp(model, mesh["tp"], scheme=scheme, norm="sync" if scheme == "vanilla" else "online")
-        apply_context_parallel(model, mesh["cp"], "sdpa", mask)
+        apply_context_parallel(model, mesh["cp"], "sdpa", mask, rotate)
         local_inputs, local_labels, _, kwargs = prepare_batch(
             model, tokenizer, {"input": inputs}, labels, mesh["cp"], "headtail"
         )

@@ -38,17 +38,23 @@ from torchtitan.tools.logging import logger
 from torchtitan_ext.torch_private import (
     all_gathered_keys_and_values,
     ring_attention_on_cpu_kernel,
+    ring_rotate_method,
     sequence_order,
 )
 
 
-def apply_context_parallel(model: nn.Module, cp_mesh: DeviceMesh, attn_type: str, mask_type: str) -> None:
-    """Every block's attention kernel (``attention.inner_attention``) over ``cp_mesh`` (module docstring's table)."""
+def apply_context_parallel(
+    model: nn.Module, cp_mesh: DeviceMesh, attn_type: str, mask_type: str, rotate_method: str = "allgather"
+) -> None:
+    """Every block's attention kernel (``attention.inner_attention``) over ``cp_mesh`` (module docstring's
+    table); ``rotate_method``: how the ring passes keys and values on (``context_parallel_rotate_method``,
+    which torchtitan 0.2.2's trainer leaves unset: its ring always all-gathers)."""
     kernels = [block.attention.inner_attention for block in model.layers.values()]
     if attn_type == "sdpa" and mask_type == "causal":
         apply_cp_to_attention_module(kernels, cp_mesh, "sdpa")
         ring_attention_on_cpu_kernel()  # after torchtitan's: enabling torch's dispatcher resets the handlers
-        how = "ring attention"
+        ring_rotate_method(rotate_method)
+        how = f"ring attention ({rotate_method})"
     elif attn_type == "sdpa":
         for kernel in kernels:
             parallelize_module(kernel, cp_mesh, all_gathered_keys_and_values())

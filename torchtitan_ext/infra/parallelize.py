@@ -55,7 +55,13 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
     if cfg.attn_type == "flex":
         compile_flex_attention()  # torchtitan's LLaMA always runs FlexAttention compiled
     if parallel_dims.cp_enabled:
-        apply_context_parallel(model, parallel_dims.get_mesh("cp"), cfg.attn_type, cfg.attn_mask_type)
+        apply_context_parallel(
+            model,
+            parallel_dims.get_mesh("cp"),
+            cfg.attn_type,
+            cfg.attn_mask_type,
+            job_config.parallelism.context_parallel_rotate_method,
+        )
 
     compile_model = rules.compiles_model(job_config.compile.enable, job_config.compile.components)
     # One switch: boost.activation_checkpoint (the preflight refuses torchtitan's own [activation_checkpoint]
