@@ -620,6 +620,14 @@ class AttentionKind:
     pipelines: bool
     """Its masks split into pipeline micro-batches along the batch dim (a ``[b, ...]`` tensor, a
     ``BlockMask``); varlen's cumulative document offsets run over the whole local batch."""
+    gqa: bool
+    """It reads keys and values at their own head count (GQA, FlexAttention's ``enable_gqa``); else they are
+    repeated to the query heads first (what context parallelism then moves, ``boost.planning.comm_volume``)."""
+
+
+MASK_TYPES = ("causal", "block_causal")
+"""causal (every window one sequence); block_causal (each document of a packed window attends only within
+itself: its boundaries are the tokenizer's EOS, the token after one opens the next document)."""
 
 
 ATTENTION_KINDS: dict[str, AttentionKind] = {
@@ -627,16 +635,26 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
     for kind in (
         # SDPA: causal through is_causal (flash kernels, torch's ring under CP); block_causal through a
         # boolean [b, 1, s, s] mask (BOOST's: torchtitan's SDPA ignores the mask type)
-        AttentionKind("sdpa", masks=("causal", "block_causal"), context_parallel=True, pipelines=True),
-        AttentionKind("flex", masks=("causal", "block_causal"), context_parallel=True, pipelines=True),
+        AttentionKind("sdpa", masks=MASK_TYPES, context_parallel=True, pipelines=True, gqa=False),
+        AttentionKind("flex", masks=MASK_TYPES, context_parallel=True, pipelines=True, gqa=True),
         # torch's varlen_attn over the packed documents: block_causal only, as torchtitan's
-        AttentionKind("varlen", masks=("block_causal",), context_parallel=False, pipelines=False),
+        AttentionKind("varlen", masks=("block_causal",), context_parallel=False, pipelines=False, gqa=False),
     )
 }
 ATTENTION_TYPES = tuple(ATTENTION_KINDS)
-MASK_TYPES = ("causal", "block_causal")
-"""causal (every window one sequence); block_causal (each document of a packed window attends only within
-itself: its boundaries are the tokenizer's EOS, the token after one opens the next document)."""
+
+
+def context_parallel_path(attn_type: str, mask_type: str) -> str:
+    """How a rank's queries reach the other ranks' keys under CP: ``"ring"`` (torch's ring attention, SDPA's
+    causal kernel passing keys and values on) or ``"all_gather"`` (all of them gathered first: a mask, which
+    torch's ring takes none of, or FlexAttention, whose CP torch builds so).
+
+    Example::
+
+        >>> context_parallel_path("sdpa", "causal"), context_parallel_path("sdpa", "block_causal")
+        ('ring', 'all_gather')
+    """
+    return "ring" if attn_type == "sdpa" and mask_type == "causal" else "all_gather"
 
 
 def attention_kind(name: str) -> AttentionKind:

@@ -4,9 +4,10 @@ The batch is prepared as the trainer prepares it (``context_parallel.prepare_bat
 torchtitan's head-tail sharding of inputs, labels and positions), the attention as the trainer applies it
 (``apply_context_parallel``: torch's ring over the CPU's SDPA kernel for causal, all-gathered keys and values
 for block_causal). Each rank's loss is its tokens' share of the mean; the gradient is its sum over the CP ranks
-(FSDP's reduce-scatter over dp_shard × cp does that in the trainer). Tolerance: the ring merges partial
-softmaxes and every collective sums in another order than the one-process kernels, so float64 agrees to
-rounding (≤1e-10 relative), not bit for bit.
+(FSDP's reduce-scatter over dp_shard × cp does that in the trainer). At tp 1 the collectives counted
+(``CommCounter``) are the attention's, each layer's ``comm_volume.context_parallel_layer``. Tolerance: the
+ring merges partial softmaxes and every collective sums in another order than the one-process kernels, so
+float64 agrees to rounding (≤1e-10 relative), not bit for bit.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import loss_parallel
 
+from boost.planning.comm_volume import context_parallel_layer
+from boost.runtime.comm_counter import CommCounter
 from boost.training.model import ModelArgs
 from boost.training.parallel import apply_tp
 from tests.distributed import run_distributed
@@ -35,6 +38,7 @@ CASES = [
     ("cola", "vanilla", "block_causal", 2, 2, "allgather"),
     ("full", "megatron", "causal", 2, 2, "alltoall"),
     ("lax", "btp", "causal", 4, 1, "alltoall"),
+    ("cola", "btp", "causal", 4, 1, "allgather"),
     ("svd", "btp", "block_causal", 4, 1, "allgather"),
 ]
 
@@ -92,7 +96,7 @@ def _body(rank: int, world_size: int) -> None:
             model, tokenizer, {"input": inputs}, labels, mesh["cp"], "headtail"
         )
         assert local_inputs.shape == (BATCH, SEQ // cp) and kwargs["positions"].shape == (BATCH, SEQ // cp)
-        with loss_parallel():
+        with loss_parallel(), CommCounter() as comm:
             logits = model(local_inputs, **kwargs)
             # this rank's tokens' share of the batch's mean loss
             loss = (
@@ -100,6 +104,13 @@ def _body(rank: int, world_size: int) -> None:
                 / labels.numel()
             )
             loss.backward()
+        if (
+            tp == 1
+        ):  # the attention's collectives alone, every layer's as boost.planning.comm_volume counts them
+            want = context_parallel_layer(args, scheme, tp, BATCH, SEQ, cp, "sdpa", mask, rotate)
+            for direction, backward in (("forward", False), ("backward", True)):
+                layers = {k: (c * args.n_layers, e * args.n_layers) for k, (c, e) in want[direction].items()}
+                assert comm.direction(backward) == layers, f"{tag}: {direction} {comm.direction(backward)}"
         total = _full(loss.detach()).clone()
         dist.all_reduce(total, group=mesh["cp"].get_group())
         assert abs(total.item() - loss_ref.item()) <= TOL * abs(loss_ref.item()), f"{tag}: loss"

@@ -35,6 +35,7 @@ from torchtitan.distributed.context_parallel import (
 )
 from torchtitan.tools.logging import logger
 
+from boost.training.rules import context_parallel_path
 from torchtitan_ext.torch_private import (
     all_gathered_keys_and_values,
     ring_attention_on_cpu_kernel,
@@ -50,7 +51,8 @@ def apply_context_parallel(
     table); ``rotate_method``: how the ring passes keys and values on (``context_parallel_rotate_method``,
     which torchtitan 0.2.2's trainer leaves unset: its ring always all-gathers)."""
     kernels = [block.attention.inner_attention for block in model.layers.values()]
-    if attn_type == "sdpa" and mask_type == "causal":
+    path = context_parallel_path(attn_type, mask_type)
+    if path == "ring":
         apply_cp_to_attention_module(kernels, cp_mesh, "sdpa")
         ring_attention_on_cpu_kernel()  # after torchtitan's: enabling torch's dispatcher resets the handlers
         ring_rotate_method(rotate_method)

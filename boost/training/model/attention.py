@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention.flex_attention import BlockMask, and_masks, create_block_mask, flex_attention
 
-from boost.training.rules import attention_kind, attention_mask_problem
+from boost.training.rules import ATTENTION_KINDS, attention_kind, attention_mask_problem
 
 
 def document_ids(tokens: torch.Tensor, eos_id: int) -> torch.Tensor:
@@ -76,7 +76,7 @@ class ScaledDotProductAttention(nn.Module):
     """``attn_type = "sdpa"``: torch's ``scaled_dot_product_attention``, causal by ``is_causal`` or masked
     by a boolean ``[b, 1, s, s]`` (block_causal: BOOST's; torchtitan's SDPA ignores the mask type)."""
 
-    takes_gqa: ClassVar[bool] = False  # keys and values come repeated to the query heads (``attend``)
+    takes_gqa: ClassVar[bool] = ATTENTION_KINDS["sdpa"].gqa  # keys and values repeated to the query heads
 
     @staticmethod
     def masks(tokens: torch.Tensor, mask_type: str, eos_id: int, **_) -> torch.Tensor | None:
@@ -101,7 +101,7 @@ class FlexAttention(nn.Module):
     compiled one, as torchtitan's ``FlexAttentionWrapper`` holds it (``torchtitan_ext.infra.attention``)."""
 
     kernel: ClassVar[Callable] = staticmethod(flex_attention)
-    takes_gqa: ClassVar[bool] = True  # fewer key/value heads than query heads, as they are (enable_gqa)
+    takes_gqa: ClassVar[bool] = ATTENTION_KINDS["flex"].gqa  # fewer key/value heads, as they are (enable_gqa)
 
     @staticmethod
     def masks(
@@ -122,7 +122,7 @@ class VarlenAttention(nn.Module):
     """``attn_type = "varlen"``: torch's ``varlen_attn`` over the packed documents (block_causal only),
     called as torchtitan's ``VarlenAttentionWrapper`` calls it."""
 
-    takes_gqa: ClassVar[bool] = False
+    takes_gqa: ClassVar[bool] = ATTENTION_KINDS["varlen"].gqa
 
     @staticmethod
     def masks(tokens: torch.Tensor, mask_type: str, eos_id: int, **_) -> VarlenMetadata:
