@@ -15,7 +15,6 @@ packed short documents (``PACKED_DOCUMENTS``: several to a window), where the ma
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -144,15 +143,10 @@ def mask_overrides(mask: str, documents: Path) -> list[str]:
 def packed_documents(folder: Path, count: int = 1500) -> Path:
     """``folder/documents.jsonl``: short documents (the standard library's paragraphs of 40-400 characters,
     ~10-100 tokens), so a 64-token window packs several of them and cuts some."""
-    from boost.training.data.stdlib_corpus import stdlib_texts
+    from boost.training.data.stdlib_corpus import stdlib_paragraphs
 
-    documents: list[str] = []
-    for text in stdlib_texts("train"):
-        documents += [p for p in re.split(r"\n\s*\n", text) if 40 <= len(p) <= 400]
-        if len(documents) >= count:
-            break
     path = folder / "documents.jsonl"
-    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in documents[:count]))
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in stdlib_paragraphs("train", count)))
     return path
 
 
