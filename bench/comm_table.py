@@ -1,7 +1,8 @@
-"""Per-layer and per-step tensor-parallel communication of megatron, vanilla and btp, debug…30B, and of
-one LORO exact step (svd kind) under btp and vanilla.
+"""Per-layer and per-step tensor-parallel communication of megatron, vanilla and btp, debug…30B, of
+one LORO exact step (svd kind) under btp and vanilla, and of context parallelism's attention at long windows.
 
-    python -m bench.comm_table [--batch 4 --seq 4096 --dtype-bytes 2] [--png bench/results/comm_bytes.png]
+    python -m bench.comm_table [--batch 4 --seq 4096 --dtype-bytes 2] [--cp-seq 32768]
+        [--png bench/results/comm_bytes.png]
 
 From the closed forms of ``boost.planning.comm_volume``, which tests/multiprocess/test_comm_volume.py checks against the
 counter (``boost.runtime.comm_counter.CommCounter``) on real gloo runs at small shapes, TP 2 and 4.
@@ -13,7 +14,7 @@ import argparse
 
 from bench.plots import pyplot, save
 from boost import FLAVORS, ModelArgs
-from boost.planning.comm_volume import loro_exact_step, per_layer, total
+from boost.planning.comm_volume import context_parallel_layer, loro_exact_step, per_layer, total
 from boost.planning.perf_model import model_args
 
 
@@ -51,12 +52,46 @@ def loro_rows(tps=(2, 4, 8)):
                     yield flavor, tp, scheme, kind, count, size, args.n_layers
 
 
+# context parallelism's attention paths (boost.training.rules.context_parallel_path), as (mask, ring rotation)
+CP_PATHS = {
+    "ring, allgather (causal)": ("causal", "allgather"),
+    "ring, alltoall (causal)": ("causal", "alltoall"),
+    "all-gather (block_causal)": ("block_causal", "allgather"),
+}
+
+
+def cp_rows(seq: int, dtype_bytes: int, tp: int = 4, cps=(2, 4, 8)):
+    """One layer's CP collectives (btp at ``tp``, micro-batch 1, SDPA): bytes forward and backward; the ring's
+    dK|dV rotate in float32 (its accumulators), the rest in ``dtype_bytes``."""
+    for flavor in ("1B", "3B", "7B", "13B", "30B"):
+        args = model_args(flavor, "btp")
+        for cp in cps:
+            for path, (mask, rotate) in CP_PATHS.items():
+                vol = context_parallel_layer(args, "btp", tp, 1, seq, cp, "sdpa", mask, rotate)
+                fc, fe = total(vol["forward"])
+                bc, be = total(vol["backward"])
+                # the ring's backward rotates dK|dV (one window's K|V in all, cp passes) in float32
+                fp32 = 2 * seq * args.n_heads // tp * args.head_dim if mask == "causal" else 0
+                yield (
+                    flavor,
+                    cp,
+                    path,
+                    fc,
+                    fe * dtype_bytes,
+                    bc,
+                    be * dtype_bytes + fp32 * (4 - dtype_bytes),
+                    args,
+                )
+    return
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--batch", type=int, default=4)
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--dtype-bytes", type=int, default=2)
     p.add_argument("--png", default="")
+    p.add_argument("--cp-seq", type=int, default=32768, help="window length of the context-parallel table")
     a = p.parse_args()
     print(
         f"# TP communication per layer (b={a.batch}, s={a.seq}, {a.dtype_bytes}-byte elements); "
@@ -82,6 +117,20 @@ def main() -> None:
         print(
             f"| {flavor} | {tp} | {scheme} | {count} {kind} | {size / 2**20:.1f} | {size * layers / 2**30:.2f} | "
             f"{size * layers / 500 / 2**20:.1f} |"
+        )
+    print(
+        f"\n# Context parallelism per layer: the attention's collectives (btp tp 4, SDPA, micro-batch 1, "
+        f"s={a.cp_seq}, {a.dtype_bytes}-byte elements, the ring's dK|dV float32); every other collective of a "
+        "block is per token, the TP table's at b·s/cp tokens\n"
+    )
+    print(
+        "| flavor | cp | path | fwd collectives | fwd MiB/layer | bwd collectives | bwd MiB/layer | GiB/step |"
+    )
+    print("|---|---|---|---|---|---|---|---|")
+    for flavor, cp, path, fc, fb, bc, bb, args in cp_rows(a.cp_seq, a.dtype_bytes):
+        print(
+            f"| {flavor} | {cp} | {path} | {fc} | {fb / 2**20:.1f} | {bc} | {bb / 2**20:.1f} | "
+            f"{(fb + bb) * args.n_layers / 2**30:.2f} |"
         )
     if a.png:
         plt = pyplot()

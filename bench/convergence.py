@@ -1,10 +1,13 @@
 """Convergence: dense vs svd / cola / lax on the default corpus, same tokens, schedule and seed,
 plus cola with ``only_lr_act`` false (SwiGLU's full-width SiLU kept, the CoLA authors' 60M/130M form),
-cola under BTP at TP=2 overlaid on the single-process cola curve, and svd trained by LORO (its authors'
-recipe and schedule, scaled to the run's length: the one row with another optimizer and schedule).
+cola under BTP at TP=2 overlaid on the single-process cola curve, svd trained by LORO (its authors'
+recipe and schedule, scaled to the run's length: the one row with another optimizer and schedule), and
+cola with its documents masked (``boost.attn_mask_type = "block_causal"``).
 
     python -m bench.convergence --flavor debug --steps 300 [--png bench/results/convergence.png]
     python -m bench.convergence --flavor debug --steps 600 --runs svd cola "svd + LORO"
+    # causal against block-causal on packed short documents (several to a window), train and validation
+    python -m bench.convergence --flavor debug --steps 300 --corpus packed --runs cola "cola (block_causal)"
 
 Runs the real trainer (run_train.sh) for each, reads the losses and validation losses from the
 logs, prints loss against tokens and against wall time (time-to-loss), and draws the curves.
@@ -45,7 +48,27 @@ RUNS = [
         ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"],
     ),
     ("svd + LORO", "svd", 1, "LORO"),
+    # a token attends only within its own document (validation scores with the run's own mask)
+    ("cola (block_causal)", "cola", 1, ["--boost.attn_mask_type", "block_causal"]),
 ]
+# --corpus packed: the standard library's paragraphs (40-400 characters) as documents, so a 256-token window
+# packs several; the default corpus's documents are whole source files, longer than a window
+PACKED_DOCUMENTS = {"training": ("train", 10**6), "validation": ("validation", 10**6)}  # every such paragraph
+
+
+def packed_corpus(out: Path) -> list[str]:
+    """Write the packed corpus's two ``local`` files under ``out``; the overrides that read them."""
+    import json
+
+    from boost.training.data.stdlib_corpus import stdlib_paragraphs
+
+    out.mkdir(parents=True, exist_ok=True)
+    overrides = []
+    for section, (split, count) in PACKED_DOCUMENTS.items():
+        path = out / f"packed_{split}.jsonl"
+        path.write_text("".join(json.dumps({"text": d}) + "\n" for d in stdlib_paragraphs(split, count)))
+        overrides += [f"--{section}.dataset", "local", f"--{section}.dataset_path", str(path)]
+    return overrides
 
 
 def loro_overrides(steps: int) -> list[str]:
@@ -116,20 +139,28 @@ def main() -> None:
     p.add_argument("--png", default="")
     p.add_argument("--out", default="outputs/convergence")
     p.add_argument("--runs", nargs="*", default=[label for label, *_ in RUNS], help="labels of RUNS to train")
+    p.add_argument(
+        "--corpus",
+        choices=("stdlib", "packed"),
+        default="stdlib",
+        help="packed: short documents, several a window",
+    )
     a = p.parse_args()
+    corpus = packed_corpus(Path(a.out)) if a.corpus == "packed" else []
     tokens_per_step = 8 * 256  # debug.toml's local_batch_size × seq_len (DP degree 1 in every run)
     results = {}
     for label, kind, ngpu, extra in RUNS:
         if label not in a.runs:
             continue
-        extra = loro_overrides(a.steps) if extra == "LORO" else extra
+        extra = [*(loro_overrides(a.steps) if extra == "LORO" else extra), *corpus]
         folder = "".join(c if c.isalnum() or c in "=_" else "_" for c in label)
         results[label] = train(kind, ngpu, extra, a, Path(a.out) / folder)
     # time-to-loss: the first validation at or below a loss every run reaches (the worst final loss)
     target = max(points[-1][1] for points, _ in results.values())
-    print(
-        f"# Convergence on the stdlib corpus — {a.flavor}, {a.steps} steps, same tokens, schedule and seed\n"
+    where = (
+        "the stdlib corpus" if a.corpus == "stdlib" else "packed stdlib paragraphs (40-400 characters each)"
     )
+    print(f"# Convergence on {where} — {a.flavor}, {a.steps} steps, same tokens, schedule and seed\n")
     print(
         f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
         f"date {datetime.date.today()}"
@@ -137,6 +168,7 @@ def main() -> None:
     print(
         f"command: python -m bench.convergence --flavor {a.flavor} --steps {a.steps}"
         + (f" --png {a.png}" if a.png else "")
+        + (f" --corpus {a.corpus}" if a.corpus != "stdlib" else "")
         + (" --runs " + " ".join(f'"{r}"' for r in a.runs) if len(a.runs) < len(RUNS) else "")
         + "\n"
     )

@@ -11,6 +11,9 @@ validation is 20 × 4096-token batches).
 
     python -m bench.dry_run                              # every row -> bench/results/dry_run.md
     python -m bench.dry_run --rows 7B_cola 30B_cola --steps 1 --seq-len 64 -- --compile.no-enable
+    # a long window over context parallelism (each rank s/cp of it) at a world size of your own
+    python -m bench.dry_run --rows 7B_cola 7B_lax --steps 1 --seq-len 32768 --cp 16 --world-size 64 \
+        --out bench/results/dry_run_32k.md -- --compile.no-enable
 
 Columns: peak RSS of the process; the per-rank memory ``boost.planning.layout_planner.memory_per_gpu`` predicts for the
 layout (fp32, no GPU workspace); CPU seconds and wall seconds to the first step's log line (the
@@ -123,7 +126,8 @@ def effective_config(toml: dict, overrides: list[str]) -> dict:
 def _layout(config: dict, world_size: int) -> tuple[int, int, int, int]:
     """``(tp, pp, dp, fsdp)`` of the config at ``world_size``: ``dp`` batches per step
     (``boost.training.rules.data_parallel_degree``, torchtitan's defaults for the fields the TOML leaves out),
-    ``fsdp`` the ranks each replica shards the weights and optimizer states over."""
+    ``fsdp`` the data-parallel ranks each replica shards the weights and optimizer states over (FSDP's mesh
+    is ``fsdp × cp`` under context parallelism: ``memory_per_gpu`` takes ``cp`` beside it)."""
     par = config["parallelism"]
     tp, pp = par.get("tensor_parallel_degree", 1), par.get("pipeline_parallel_degree", 1)
     replicate = par.get("data_parallel_replicate_degree", 1)
@@ -142,6 +146,7 @@ def predicted_bytes(config: dict, world_size: int, seq_len: int) -> float:
     """``boost.planning.layout_planner``'s per-rank memory for the config's layout, fp32, no GPU workspace."""
     tp, pp, _, fsdp = _layout(config, world_size)
     boost, compiled = config["boost"], config.get("compile", {}).get("enable", False)
+    par = config["parallelism"]
     return memory_per_gpu(
         config["model"]["flavor"],
         boost["tp_scheme"],
@@ -157,8 +162,11 @@ def predicted_bytes(config: dict, world_size: int, seq_len: int) -> float:
         workspace_bytes=0,
         compiled=compiled,
         reshard_after_forward=reshards_after_forward(
-            config["parallelism"].get("fsdp_reshard_after_forward", "default"), pp > 1
+            par.get("fsdp_reshard_after_forward", "default"), pp > 1
         ),
+        cp=par.get("context_parallel_degree", 1),
+        attn_type=boost.get("attn_type", "sdpa"),
+        attn_mask_type=boost.get("attn_mask_type", "causal"),
     )
 
 
@@ -231,7 +239,7 @@ def dry_run(
         pp=pp,
         dp=dp,
         fsdp=fsdp,
-        layout=f"tp{tp} pp{pp} fsdp{fsdp} {scheme} ac={ac}".replace("  ", " "),
+        layout=f"tp{tp} pp{pp}{cp_layout(config)} fsdp{fsdp} {scheme} ac={ac}".replace("  ", " "),
         peak_rss=usage.ru_maxrss * 1024,
         predicted=predicted_bytes(config, world_size, seq_len),
         cpu_s=usage.ru_utime + usage.ru_stime,
@@ -242,6 +250,12 @@ def dry_run(
         global_batch=int(re.search(r"global batch size (\d+)", log).group(1)),
         note=" ".join(_without_linear(overrides)),
     )
+
+
+def cp_layout(config: dict) -> str:
+    """`` cpN`` where the config shards its windows over ``N`` context-parallel ranks, else nothing."""
+    cp = config["parallelism"].get("context_parallel_degree", 1)
+    return f" cp{cp}" if cp > 1 else ""
 
 
 def _without_linear(overrides: list[str]) -> list[str]:
@@ -329,6 +343,12 @@ def main(argv: list[str] | None = None) -> int:
         help="skip (and say so) rows predicted above this: the machine is shared",
     )
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per row")
+    parser.add_argument(
+        "--cp", type=int, default=1, help="context-parallel degree (each rank s/cp of a window)"
+    )
+    parser.add_argument(
+        "--world-size", type=int, default=None, help="NGPU for every row (default: WORLD_SIZES)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument(
         "extra", nargs="*", help="after --: more overrides for every run, e.g. -- --compile.no-enable"
@@ -340,10 +360,21 @@ def main(argv: list[str] | None = None) -> int:
     rows = _existing_rows(opts.out)
     failed = 0
     compiled = "--compile.no-enable" not in opts.extra
+    if opts.cp > 1:
+        opts.extra = ["--parallelism.context_parallel_degree", str(opts.cp), *opts.extra]
 
     def save() -> None:
+        layout = (f" --cp {opts.cp}" if opts.cp > 1 else "") + (
+            f" --world-size {opts.world_size}" if opts.world_size else ""
+        )
+        extra = opts.extra[2:] if opts.cp > 1 else opts.extra
         command = " ".join(
-            ["python -m bench.dry_run", f"--steps {opts.steps} --seq-len {opts.seq_len}", "--", *opts.extra]
+            [
+                "python -m bench.dry_run",
+                f"--steps {opts.steps} --seq-len {opts.seq_len}{layout}",
+                "--",
+                *extra,
+            ]
         )
         compile_note = (
             "compiled as shipped (`--compile.backend aot_eager`)"
@@ -363,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
 
     for name in opts.rows:
         flavor, kind = name.split("_")
-        world = WORLD_SIZES[flavor]
+        world = opts.world_size or WORLD_SIZES[flavor]
         toml = flavor_toml(flavor)
         config = effective_config(toml, [*linear_kind_overrides(kind, toml), *opts.extra])
         predicted = predicted_bytes(config, world, opts.seq_len)

@@ -42,6 +42,9 @@ RESHARD_DEFAULT = ("--parallelism.fsdp_reshard_after_forward", "default")
 SIMPLE_FSDP = ("--boost.fsdp", "simple_fsdp", *RESHARD_DEFAULT)
 CUDAGRAPHS = "--boost.cudagraphs"  # the compiled blocks replayed as CUDA graphs (inert on a CPU)
 LAX = ("--boost.linear", "lax")  # the TOMLs' CoLA with LaX's crossing (each TOML header's lax line)
+FLEX = ("--boost.attn_type", "flex")  # FlexAttention (the preflight refuses it where torch trains it not)
+BLOCK_CAUSAL = ("--boost.attn_mask_type", "block_causal")
+LONG_WINDOWS = ("--training.seq_len", "32768", "--parallelism.context_parallel_degree", "4")
 # Every run: one log line a step (the rows' tokens/s, memory, step times), no checkpoint or
 # validation (neither is the step's work; a 7B checkpoint shard is gigabytes of disk).
 COMMON = ("--metrics.log_freq", "1", "--checkpoint.no-enable", "--validation.no-enable")
@@ -139,6 +142,17 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # the planner's micro-batch for 7B@16 on 80 GB (layout_planner --config train_configs/7B.toml --gpus 16
     # --memory-gib 80): its measured peak against the model's, and its tokens/s
     dry("7B", 16, "btp", 150, extra=("--training.local_batch_size", "20"), label="b 20"),
+    # attention kernels (issue 42): FlexAttention against SDPA on the trainer's 1B, causal and with documents
+    # masked (block_causal; SDPA takes it as a boolean mask, every score computed)
+    TrainRow("trainer", "1B CoLA flex", "1B", 1, FLEX, 12, 6, 240),
+    TrainRow("trainer", "1B CoLA sdpa block_causal", "1B", 1, BLOCK_CAUSAL, 12, 6, 180),
+    TrainRow("trainer", "1B CoLA flex block_causal", "1B", 1, (*FLEX, *BLOCK_CAUSAL), 12, 6, 240),
+    # context parallelism: the 7B TOML's long-window override (its header: 32k over cp 4 at 16 GPUs, the
+    # planner's peak 51.5 GiB), through torch's ring (SDPA, causal) and FlexAttention's all-gather
+    dry("7B", 16, "btp", 300, extra=LONG_WINDOWS, label="32k cp 4"),
+    dry(
+        "7B", 16, "btp", 300, extra=(*LONG_WINDOWS, *FLEX, *BLOCK_CAUSAL), label="32k cp 4 flex block_causal"
+    ),
     dry("7B", 16, "vanilla", 150),
     dry("3B", 8, "btp", 150),
     dry("3B", 8, "vanilla", 150),

@@ -4,15 +4,19 @@ and layout that BOOST runs, and the ones it refuses. One list, read by tests/end
 model) and linked from the README.
 
 Rows cover every pair of {btp, vanilla, megatron} × {eager, compiled} × {AC none, full, lowrank} ×
-{tp, fsdp×tp, pp×tp} at least once (a pairwise design: the full product is 54 runs). A row's
-reference is the same model, eager and without AC, at the same data-parallel degree — a
-data-parallel rank reads its own documents, so only runs with one DP degree see one set of samples:
-``1`` for tp and pp×tp rows, ``fsdp2`` (2 processes) for fsdp×tp rows.
+{tp, fsdp×tp, pp×tp} at least once (a pairwise design: the full product is 54 runs), and the
+block-causal mask (``boost.attn_mask_type``) once with each scheme, AC mode, layout and either compile. A
+row's reference is the same model with the same mask, eager and without AC, at the same data-parallel
+degree — a data-parallel rank reads its own documents, so only runs with one DP degree see one set of
+samples: ``1`` for tp and pp×tp rows, ``fsdp2`` (2 processes) for fsdp×tp rows. Block-causal rows read
+packed short documents (``PACKED_DOCUMENTS``: several to a window), where the mask changes the loss.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 # The model each scheme trains: BTP and vanilla factor the projections (vanilla shards r, so it
 # cannot group them), Megatron is the dense baseline.
@@ -49,6 +53,40 @@ LAYOUTS: dict[str, tuple[int, tuple[str, ...]]] = {  # name -> (processes, overr
     ),
 }
 
+_CP = ("--parallelism.context_parallel_degree", "2")
+# Context parallelism: the sequence over the cp ranks (the load balancer's head-tail chunks), alone, with TP,
+# over FSDP's dp_shard × cp and under PP; a row's reference is one process (fsdp×cp: fsdp2, the data-parallel
+# degree: CP ranks read the same samples).
+LAYOUTS.update(
+    {
+        "cp4": (
+            4,
+            ("--parallelism.context_parallel_degree", "4", "--parallelism.data_parallel_shard_degree", "1"),
+        ),
+        "cp×tp": (
+            4,
+            (
+                *_CP,
+                "--parallelism.tensor_parallel_degree",
+                "2",
+                "--parallelism.data_parallel_shard_degree",
+                "1",
+            ),
+        ),
+        "fsdp×cp": (4, (*_CP, "--parallelism.data_parallel_shard_degree", "2")),
+        "pp×cp": (
+            4,
+            (
+                *_CP,
+                "--parallelism.pipeline_parallel_degree",
+                "2",
+                "--parallelism.data_parallel_shard_degree",
+                "1",
+            ),
+        ),
+    }
+)
+
 REFERENCES: dict[str, tuple[int, tuple[str, ...]]] = {  # data-parallel degree -> (processes, overrides)
     "1": (1, ()),
     "fsdp2": (2, ("--parallelism.data_parallel_shard_degree", "2")),
@@ -73,18 +111,20 @@ class Row:
     layout: str
     precision: str = "float32"  # training.mixed_precision_param; the reference is always float32
     fsdp: str = "fully_shard"  # boost.fsdp, where FSDP wraps
+    mask: str = "causal"  # boost.attn_mask_type; block_causal rows read PACKED_DOCUMENTS
     lax: bool = False  # LaX instead of CoLA (btp and vanilla rows)
 
     @property
     def name(self) -> str:
         name = f"{self.scheme}-{'compiled' if self.compiled else 'eager'}-ac_{self.ac}-{self.layout}"
         name = name if self.precision == "float32" else f"{name}-{self.precision}"
+        name = name if self.mask == "causal" else f"{name}-{self.mask}"
         name = name if self.fsdp == "fully_shard" else f"{name}-{self.fsdp}"
         return f"lax-{name}" if self.lax else name
 
     @property
     def reference(self) -> str:
-        return "fsdp2" if self.layout == "fsdp×tp" else "1"
+        return "fsdp2" if self.layout.startswith("fsdp×") else "1"
 
     def overrides(self) -> list[str]:
         args = [
@@ -100,6 +140,31 @@ class Row:
         if self.fsdp != "fully_shard":
             args += ["--boost.fsdp", self.fsdp]
         return args
+
+
+def mask_overrides(mask: str, documents: Path) -> list[str]:
+    """The mask of a row or reference: causal on the default corpus, block_causal on ``documents``
+    (``packed_documents``)."""
+    if mask == "causal":
+        return []
+    return [
+        "--boost.attn_mask_type",
+        mask,
+        "--training.dataset",
+        "local",
+        "--training.dataset_path",
+        str(documents),
+    ]
+
+
+def packed_documents(folder: Path, count: int = 1500) -> Path:
+    """``folder/documents.jsonl``: short documents (the standard library's paragraphs of 40-400 characters,
+    ~10-100 tokens), so a 64-token window packs several of them and cuts some."""
+    from boost.training.data.stdlib_corpus import stdlib_paragraphs
+
+    path = folder / "documents.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in stdlib_paragraphs("train", count)))
+    return path
 
 
 SUPPORTED: list[Row] = [
@@ -121,6 +186,18 @@ SUPPORTED: list[Row] = [
     # FSDP's gathers and reductions traced into the compiled blocks (SimpleFSDP); btp with low-rank AC in
     # fp32 is held to FSDP2 under inductor, the shipped backend (test_feature_matrix.py's GPU rows' layout)
     Row("megatron", True, "full", "fsdp×tp", "bfloat16", fsdp="simple_fsdp"),
+    # documents packed into windows, each attending within itself (SDPA's boolean mask on this CPU)
+    Row("btp", True, "lowrank", "fsdp×tp", mask="block_causal"),
+    Row("vanilla", False, "full", "pp×tp", mask="block_causal"),  # masks split into pipeline micro-batches
+    Row("megatron", True, "none", "tp", mask="block_causal"),
+    # context parallelism: torch's ring over the CPU's SDPA kernel (causal), all-gathered keys and values
+    # under the block-causal mask; every TP scheme at cp 2 × tp 2, cp 4, FSDP over dp_shard × cp, PP
+    Row("btp", True, "lowrank", "cp×tp"),
+    Row("vanilla", False, "full", "cp×tp", mask="block_causal"),
+    Row("megatron", True, "none", "cp×tp"),
+    Row("btp", False, "none", "cp4", mask="block_causal"),
+    Row("btp", True, "full", "fsdp×cp", mask="block_causal"),
+    Row("btp", False, "none", "pp×cp"),
     # LaX (the authors' gated, normalised crossing) on each scheme and layout CoLA runs: its carry crosses
     # pipeline stages, its norm and gate are recomputed by low-rank AC, FSDP shards them, compile traces them
     Row("btp", True, "lowrank", "tp", lax=True),
@@ -149,7 +226,10 @@ REFUSED: list[tuple[int, tuple[str, ...], str]] = [
         ("--boost.activation_checkpoint", "lowrank"),
         "boost.activation_checkpoint",
     ),  # TP = 1: nothing r-wide
-    (2, ("--parallelism.context_parallel_degree", "2"), "parallelism.context_parallel_degree"),
+    # no context-parallel varlen (torch's nor torchtitan's); a window that does not split into the cp ranks'
+    # head and tail chunks
+    (2, (*_CP, "--boost.attn_type", "varlen", "--boost.attn_mask_type", "block_causal"), "boost.attn_type"),
+    (2, (*_CP, "--training.seq_len", "66"), "training.seq_len"),
     (1, ("--activation_checkpoint.mode", "full"), "activation_checkpoint.mode"),  # one AC switch
     (2, (*LAYOUTS["tp"][1], "--boost.no-group-linears"), "boost.norm"),  # online needs one reader per norm
     (2, (*LAYOUTS["tp"][1], "--boost.tp_scheme", "vanilla", "--boost.norm", "sync"), "boost.group_linears"),

@@ -49,6 +49,26 @@ A torch newer than the range runs where these names are there (``missing_private
 the newest stage API's names, not 2.11's); ``start.py`` refuses one that lacks any, naming them. Not
 found that way: ``PipelineStage._user_meta`` (an attribute each stage sets itself) and inductor's
 ``cudagraph_skips`` counter (a ``Counter``: an unknown key reads 0).
+
+Context parallelism (``torchtitan_ext.infra.context_parallel``), ``torch.distributed.tensor.experimental._attention``
+(the path torchtitan imports it by; torch's CP has no public API beyond ``context_parallel``, whose buffer
+sharding torchtitan 0.2.2 no longer uses):
+
+- ``_templated_ring_attention`` / ``_context_parallel._attention._templated_ring_attention_backward`` and
+  ``DTensor._op_dispatcher._custom_op_handlers`` (``ring_attention_on_cpu_kernel``): torch's ring attention,
+  registered for the CPU's SDPA kernel (``aten._scaled_dot_product_flash_attention_for_cpu`` and its
+  backward). torch routes the GPU's flash, efficient and cuDNN kernels to the ring and has no rule for the
+  CPU's: the same ring, load balancing and merge run here, on the kernel the CPU has. ``_cp_options``
+  (``convert_to_f32``): the ring merges its partial outputs in float32, which would round a float64
+  run's; BOOST's handler merges in float32 or the inputs' wider dtype.
+- ``_ContextParallel`` with ``AttentionType.FLEX`` (``all_gathered_keys_and_values``): torch's
+  FlexAttention CP all-gathers keys and values before the kernel (``flex_cp_allgather``, a reduce-scatter
+  backward); BOOST puts the same pre-hook on its masked SDPA (block_causal), whose mask rows arrive sharded.
+- ``set_rotate_method`` (``ring_rotate_method``): how the ring passes keys and values on
+  (``parallelism.context_parallel_rotate_method``), which torchtitan 0.2.2 sets only in a validation
+  context it never enters, so its training ring always all-gathers.
+- ``_HeadTailLoadBalancer._generate_indices`` (``sequence_order``): the order torchtitan's ``cp_shard``
+  deals a window's positions to the CP ranks, which the all-gathered keys follow.
 """
 
 from __future__ import annotations
@@ -93,6 +113,17 @@ def missing_private_api() -> list[str]:
         ),
         "torch._functorch.config": ("enable_autograd_cache",),
         "torch.optim.adam": ("Adam._init_group",),  # what step_on_local_shards overrides
+        "torch.distributed.tensor.experimental._attention": (  # context parallelism
+            "_templated_ring_attention",
+            "_cp_options",
+            "_ContextParallel",
+            "set_rotate_method",
+            "_HeadTailLoadBalancer",
+        ),
+        "torch.distributed.tensor.experimental._context_parallel._attention": (
+            "_templated_ring_attention_backward",
+        ),
+        "torch.distributed.tensor": ("DTensor._op_dispatcher._custom_op_handlers",),
     }
     missing = []
     for module_name, names in wanted.items():
@@ -337,3 +368,104 @@ def step_on_local_shards(optimizer: torch.optim.Optimizer) -> None:
     if cls not in _LOCAL_SHARD_OPTIMIZERS:
         _LOCAL_SHARD_OPTIMIZERS[cls] = type(f"LocalShard{cls.__name__}", (cls,), {"_init_group": _init_group})
     optimizer.__class__ = _LOCAL_SHARD_OPTIMIZERS[cls]
+
+
+# ----------------------------------------------------------------------------- context parallelism
+
+_aten = torch.ops.aten
+_CPU_SDPA = _aten._scaled_dot_product_flash_attention_for_cpu.default
+_CPU_SDPA_BACKWARD = _aten._scaled_dot_product_flash_attention_for_cpu_backward.default
+_SEQ_DIM = 2  # (bs, heads, seqlen, head_dim), as torch's ring assumes
+
+
+@contextmanager
+def _ring_merge_dtype(dtype: torch.dtype) -> Iterator[None]:
+    """torch's ring merges partial outputs in float32 (``convert_to_f32``), float64 ones too: here in float32
+    or ``dtype``, the wider."""
+    from torch.distributed.tensor.experimental._attention import _cp_options
+
+    before = _cp_options.convert_to_f32
+    _cp_options.convert_to_f32 = dtype != torch.float64
+    try:
+        yield
+    finally:
+        _cp_options.convert_to_f32 = before
+
+
+def _ring_on_cpu_kernel(op_call, args: tuple, kwargs: dict):
+    """DTensor's handler of the CPU SDPA kernel and its backward on sequence-sharded DTensors: torch's ring."""
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.experimental._attention import _templated_ring_attention
+    from torch.distributed.tensor.experimental._context_parallel._attention import (
+        _templated_ring_attention_backward,
+    )
+
+    sharded = next(a for a in args if isinstance(a, DTensor))
+    mesh, placements = sharded.device_mesh, sharded.placements
+    local = [a.to_local() if isinstance(a, DTensor) else a for a in args]
+    if kwargs.get("attn_mask") is not None:
+        raise NotImplementedError("torch's ring attention takes no mask (BOOST all-gathers keys for one)")
+    group, scale = mesh.get_group(), kwargs.get("scale")
+    if op_call == _CPU_SDPA:
+        q, k, v = local[:3]
+        dropout_p = local[3] if len(local) > 3 else kwargs.get("dropout_p", 0.0)
+        is_causal = local[4] if len(local) > 4 else kwargs.get("is_causal", False)
+        with _ring_merge_dtype(q.dtype):
+            out, lse = _templated_ring_attention(
+                group, _SEQ_DIM, _CPU_SDPA, q, k, v, is_causal=is_causal, dropout_p=dropout_p, scale=scale
+            )
+        return tuple(DTensor.from_local(t, mesh, placements, run_check=False) for t in (out, lse))
+    grad_out, q, k, v, out, lse, dropout_p, is_causal = local[:8]
+    with _ring_merge_dtype(q.dtype):
+        grads = _templated_ring_attention_backward(
+            group,
+            _SEQ_DIM,
+            _CPU_SDPA_BACKWARD,
+            grad_out=grad_out,
+            grad_out_name="grad_out",
+            query=q,
+            key=k,
+            value=v,
+            out=out,
+            logsumexp=lse,
+            is_causal=is_causal,
+            dropout_p=dropout_p,
+            scale=scale,
+        )
+    return tuple(DTensor.from_local(t, mesh, placements, run_check=False) for t in grads[:3])
+
+
+def ring_attention_on_cpu_kernel() -> None:
+    """DTensor routes the CPU's SDPA kernel on sequence-sharded inputs to torch's ring attention, as torch's
+    CP dispatcher (``_enable_context_parallel_dispatcher``, which this follows: it resets the handlers)
+    routes the GPU's kernels. CUDA tensors never reach the CPU kernel."""
+    from torch.distributed.tensor import DTensor
+
+    handlers = DTensor._op_dispatcher._custom_op_handlers
+    handlers[_CPU_SDPA] = _ring_on_cpu_kernel
+    handlers[_CPU_SDPA_BACKWARD] = _ring_on_cpu_kernel
+
+
+def all_gathered_keys_and_values():
+    """torch's FlexAttention CP style: a forward pre-hook all-gathers the module's keys and values (its
+    2nd and 3rd positional inputs, ``(bs, heads, seqlen, head_dim)``) over the mesh it is applied with."""
+    from torch.distributed.tensor.experimental._attention import _ContextParallel
+
+    return _ContextParallel(seq_dim=_SEQ_DIM, attention_type=_ContextParallel.AttentionType.FLEX)
+
+
+def sequence_order(balancer: str | None, seq_len: int, cp: int, device: torch.device) -> torch.Tensor:
+    """``[seq_len]``: the window's positions in the order the CP ranks hold them, rank by rank, as torchtitan's
+    ``cp_shard`` deals them (``"headtail"``: chunks ``i`` and ``2·cp - 1 - i`` to rank ``i``; ``None``: in order)."""
+    if balancer is None:
+        return torch.arange(seq_len, device=device)
+    from torch.distributed.tensor.experimental._attention import _HeadTailLoadBalancer
+
+    return _HeadTailLoadBalancer(seq_len, cp, device)._generate_indices()[0]
+
+
+def ring_rotate_method(method: str) -> None:
+    """``"allgather"`` (one all-gather of the keys and values a layer) or ``"alltoall"`` (passed rank to rank)."""
+    from torch.distributed.tensor.experimental._attention import set_rotate_method
+
+    set_rotate_method(method)

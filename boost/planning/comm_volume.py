@@ -16,7 +16,7 @@ Example::
 
 from __future__ import annotations
 
-from boost.training.rules import KINDS, SCHEMES
+from boost.training.rules import ATTENTION_KINDS, KINDS, SCHEMES, context_parallel_path
 
 Volume = dict[str, tuple[int, int]]  # collective kind -> (count, elements)
 Collectives = list[tuple[str, int]]  # one entry per collective: (kind, columns per token)
@@ -83,6 +83,67 @@ def per_layer(
         raise ValueError(f"unknown tp scheme {scheme!r}")
     forward, backward = COLLECTIVES[scheme](args, norm, sequence_parallel)
     return {"forward": _tally(forward, tokens), "backward": _tally(backward, tokens)}
+
+
+def attention_kv_width(args, scheme: str, tp: int, attn_type: str = "sdpa") -> int:
+    """The width of the keys (and of the values) a rank's attention kernel reads, per token: the rank's KV
+    heads where the kernel takes GQA as it is (FlexAttention), else its query heads (SDPA and varlen read
+    keys repeated to them, ``boost.training.model.attention.attend``)."""
+    heads = args.kv_heads if ATTENTION_KINDS[attn_type].gqa else args.n_heads
+    return SCHEMES[scheme].local(heads, tp) * args.head_dim
+
+
+def context_parallel_layer(
+    args,
+    scheme: str,
+    tp: int,
+    micro_batch: int,
+    seq_len: int,
+    cp: int,
+    attn_type: str = "sdpa",
+    mask_type: str = "causal",
+    rotate: str = "allgather",
+) -> dict[str, Volume]:
+    """``{"forward": ..., "backward": ...}``: one layer's context-parallel collectives on one rank (the
+    attention's; every other collective of a block is per token, ``per_layer`` at ``b·s/cp`` tokens).
+
+    ``K|V`` below is a rank's keys and values, ``2·b·(s/cp)·kv`` elements (``kv``: ``attention_kv_width``):
+
+    =============================  =======================================  ===============================
+    path (``context_parallel_path``) forward                                  backward
+    =============================  =======================================  ===============================
+    ring, rotate ``allgather``     1 all-gather of K|V (``cp·|K|V|``)       the same all-gather again; ``cp``
+                                                                            all-to-alls of dK|dV (``|K|V|``
+                                                                            each, float32 accumulators)
+    ring, rotate ``alltoall``      ``cp - 1`` all-to-alls of K|V            ``cp - 1`` of K|V, ``cp`` of dK|dV
+    all_gather (masks, flex)       2 all-gathers (K, V: ``b·s·kv`` each)    2 reduce-scatters (dK, dV)
+    =============================  =======================================  ===============================
+
+    Elements as ``per_layer`` counts them (each collective at its full payload: a gather's output, a
+    reduce-scatter's input, an all-to-all's input).
+
+    Example::
+
+        >>> from boost.training.model import ModelArgs
+        >>> args = ModelArgs.from_flavor("7B", linear="cola")
+        >>> context_parallel_layer(args, "btp", tp=4, micro_batch=1, seq_len=32768, cp=4)["forward"]
+        {'all_gather': (1, 67108864)}
+    """
+    if cp == 1:
+        return {"forward": {}, "backward": {}}
+    full = 2 * micro_batch * seq_len * attention_kv_width(args, scheme, tp, attn_type)  # the window's K|V
+    shard = full // cp
+    if context_parallel_path(attn_type, mask_type) == "all_gather":
+        return {"forward": {"all_gather": (2, full)}, "backward": {"reduce_scatter": (2, full)}}
+    if rotate == "allgather":
+        return {
+            "forward": {"all_gather": (1, full)},
+            "backward": {"all_gather": (1, full), "all_to_all": (cp, cp * shard)},
+        }
+    return {
+        "forward": {"all_to_all": (cp - 1, (cp - 1) * shard)},
+        "backward": {"all_to_all": (2 * cp - 1, (2 * cp - 1) * shard)},
+    }
 
 
 def total(volume: Volume) -> tuple[int, int]:

@@ -1,10 +1,15 @@
-"""Layout planner: enumerate (scheme, TP, PP, DP, AC), drop what does not fit in memory, rank by
+"""Layout planner: enumerate (scheme, TP, PP, CP, DP, AC), drop what does not fit in memory, rank by
 ``boost.planning.perf_model`` step time, print the best layouts and the TOML overrides of the first; or, for the
 layout a training TOML fixes, name the largest micro-batch that fits a GPU's memory.
 
     python -m boost.planning.layout_planner --flavor 7B --gpus 16 --hardware a100 [--seq-len 4096 --micro-batch 4
                          --memory-gb 80 | --memory-gib 80 --linear cola --num-microbatches M --top 10]
     python -m boost.planning.layout_planner --config train_configs/7B.toml --gpus 16 [--memory-gib 80]
+    python -m boost.planning.layout_planner --config train_configs/7B.toml --gpus 16 --seq-len 32768  # long windows
+
+Context parallelism (``cp``, the sequence over ``cp`` ranks) is enumerated beside data parallelism: it reads
+fewer windows at once for the same GPUs and adds the attention's collectives, so it ranks below DP wherever
+a window fits a GPU, and is what the planner proposes where one does not (long sequences).
 
 Memory per GPU is ``boost.planning.perf_model.memory_per_gpu`` (the formulas, and the measurement that calibrates
 them, are in ``boost/planning/perf_model/peak_memory.py``). A layout fits a GPU when that peak, 1 GiB outside the
@@ -22,7 +27,7 @@ import sys
 from dataclasses import dataclass
 
 from boost.planning.perf_model import get_hardware, memory_per_gpu, predict_step_time
-from boost.planning.perf_model.micro_batch_advice import advise_micro_batch
+from boost.planning.perf_model.micro_batch_advice import advise_long_sequence, advise_micro_batch
 from boost.planning.perf_model.peak_memory import GIB, WORKSPACE_BYTES, usable_bytes
 from boost.training import rules
 from boost.training.model.args import FLAVORS, flavor_rank
@@ -49,6 +54,7 @@ class Layout:
     memory_bytes: float
     step_time: float
     tokens_per_s: float
+    cp: int = 1
 
     def overrides(self, linear: str, num_microbatches: int, micro_batch: int, seq_len: int) -> str:
         """The ``run_train.sh`` / torchtitan command-line overrides of this layout."""
@@ -56,6 +62,7 @@ class Layout:
             f"--parallelism.tensor_parallel_degree {self.tp}",
             f"--parallelism.pipeline_parallel_degree {self.pp}",
             f"--parallelism.data_parallel_shard_degree {self.dp}",
+            *([f"--parallelism.context_parallel_degree {self.cp}"] if self.cp > 1 else []),
             f"--boost.linear {SCHEMES[self.scheme].kind_for(linear)}",
             f"--boost.tp_scheme {self.scheme}",
             f"--boost.activation_checkpoint {self.ac}",
@@ -85,6 +92,7 @@ def enumerate_layouts(
     linear: str = "cola",
     num_microbatches: int | None = None,
     vocab_size: int = 32000,
+    attn_mask_type: str = "causal",
 ) -> list[Layout]:
     """All layouts that fit (``usable_bytes`` of ``memory_bytes``, the GPU's memory; default the
     hardware's), fastest (highest tokens/s per step) first. Raises ``ValueError`` on bad input or when
@@ -116,43 +124,51 @@ def enumerate_layouts(
                 # at least 2 layers per stage (the planner's choice)
                 if rules.pipeline_problem(linear, pp, n_layers) or (pp > 1 and n_layers / pp < 2):
                     continue
-                dp = gpus // (tp * pp)
-                m = num_microbatches or pp  # 1F1B with m = pp: bubble (p-1)/(2p-1)
-                for ac in AC_MODES:
-                    if rules.activation_checkpoint_problem(ac, scheme, tp):
+                for cp in _divisors(gpus // (tp * pp)):
+                    # the sequence splits into the load balancer's 2·cp chunks (the preflight's rule)
+                    if rules.context_parallel_problem(cp, seq_len, "sdpa", "headtail", tp, False):
                         continue
-                    mem = memory_per_gpu(
-                        flavor,
-                        scheme,
-                        tp,
-                        pp,
-                        dp,
-                        ac,
-                        micro_batch=micro_batch,
-                        seq_len=seq_len,
-                        num_microbatches=m,
-                        vocab_size=vocab_size,
-                        linear=linear,
-                        compiled=True,
-                    )  # BOOST ships compiled
-                    if mem > budget:
-                        continue
-                    t = predict_step_time(
-                        flavor,
-                        scheme,
-                        tp,
-                        pp,
-                        hardware=hw,
-                        micro_batch=micro_batch,
-                        seq_len=seq_len,
-                        dp=dp,
-                        num_microbatches=m,
-                        activation_checkpoint=ac,
-                        vocab_size=vocab_size,
-                        linear=linear,
-                    )
-                    tokens = m * dp * micro_batch * seq_len
-                    layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t))
+                    dp = gpus // (tp * pp * cp)
+                    m = num_microbatches or pp  # 1F1B with m = pp: bubble (p-1)/(2p-1)
+                    for ac in AC_MODES:
+                        if rules.activation_checkpoint_problem(ac, scheme, tp):
+                            continue
+                        mem = memory_per_gpu(
+                            flavor,
+                            scheme,
+                            tp,
+                            pp,
+                            dp,
+                            ac,
+                            micro_batch=micro_batch,
+                            seq_len=seq_len,
+                            num_microbatches=m,
+                            vocab_size=vocab_size,
+                            linear=linear,
+                            compiled=True,  # BOOST ships compiled
+                            cp=cp,
+                            attn_mask_type=attn_mask_type,
+                        )
+                        if mem > budget:
+                            continue
+                        t = predict_step_time(
+                            flavor,
+                            scheme,
+                            tp,
+                            pp,
+                            hardware=hw,
+                            micro_batch=micro_batch,
+                            seq_len=seq_len,
+                            dp=dp,
+                            num_microbatches=m,
+                            activation_checkpoint=ac,
+                            vocab_size=vocab_size,
+                            linear=linear,
+                            cp=cp,
+                            attn_mask_type=attn_mask_type,
+                        )
+                        tokens = m * dp * micro_batch * seq_len
+                        layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t, cp))
     if not layouts:
         raise ValueError(
             f"no layout of {flavor} on {gpus} {hw.name} GPU(s) fits in {budget / GIB:.1f} GiB (of "
@@ -185,7 +201,14 @@ def _positive_gib(text: str) -> float:
 
 
 # The options of a flavor's search; a training TOML fixes all of them.
-SEARCH_DEFAULTS = {"seq_len": 4096, "micro_batch": 4, "linear": "cola", "num_microbatches": None, "top": 10}
+SEARCH_DEFAULTS = {
+    "seq_len": 4096,
+    "micro_batch": 4,
+    "linear": "cola",
+    "num_microbatches": None,
+    "top": 10,
+    "attn_mask_type": "causal",
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -207,6 +230,12 @@ def _parser() -> argparse.ArgumentParser:
         "--num-microbatches", type=_positive_int, default=None, help="per step under PP (default: pp)"
     )
     parser.add_argument("--top", type=_positive_int, default=None)
+    parser.add_argument(
+        "--attn-mask-type",
+        choices=rules.MASK_TYPES,
+        default=None,
+        help="causal (default) | block_causal (SDPA's boolean mask: every score, and the mask's memory)",
+    )
     return parser
 
 
@@ -215,9 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     opts = parser.parse_args(argv)
     search = {key: getattr(opts, key) for key in SEARCH_DEFAULTS}
     if opts.config:
-        given = [key for key, value in search.items() if value is not None]
+        # --seq-len stretches the TOML's windows: the smallest CP degree that fits them
+        given = [key for key, value in search.items() if value is not None and key != "seq_len"]
         if given:
             parser.error(f"argument --{given[0].replace('_', '-')}: not with --config (the TOML sets it)")
+    long_windows = opts.config and opts.seq_len is not None
     for key, value in SEARCH_DEFAULTS.items():
         search[key] = value if search[key] is None else search[key]
     try:
@@ -229,6 +260,9 @@ def main(argv: list[str] | None = None) -> int:
             if opts.memory_gb
             else hw.memory_bytes
         )
+        if long_windows:
+            print(advise_long_sequence(opts.config, opts.gpus, memory_bytes, opts.seq_len).report())
+            return 0
         if opts.config:
             print(advise_micro_batch(opts.config, opts.gpus, memory_bytes).report())
             return 0
@@ -241,6 +275,7 @@ def main(argv: list[str] | None = None) -> int:
             memory_bytes=memory_bytes,
             linear=search["linear"],
             num_microbatches=search["num_microbatches"],
+            attn_mask_type=search["attn_mask_type"],
         )
     except (ValueError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -252,11 +287,12 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(layouts)} feasible layouts"
     )
     print(
-        f"{'#':>3} {'scheme':<9}{'tp':>3}{'pp':>3}{'dp':>4} {'ac':<8}{'mem GiB':>8}{'step s':>9}{'tokens/s':>11}"
+        f"{'#':>3} {'scheme':<9}{'tp':>3}{'pp':>3}{'cp':>3}{'dp':>4} {'ac':<8}{'mem GiB':>8}{'step s':>9}"
+        f"{'tokens/s':>11}"
     )
     for i, l in enumerate(layouts[: search["top"]], 1):
         print(
-            f"{i:>3} {l.scheme:<9}{l.tp:>3}{l.pp:>3}{l.dp:>4} {l.ac:<8}{l.memory_bytes / GIB:>8.1f}"
+            f"{i:>3} {l.scheme:<9}{l.tp:>3}{l.pp:>3}{l.cp:>3}{l.dp:>4} {l.ac:<8}{l.memory_bytes / GIB:>8.1f}"
             f"{l.step_time:>9.3f}{l.tokens_per_s:>11,.0f}"
         )
     best = layouts[0]

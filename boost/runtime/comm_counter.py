@@ -12,6 +12,10 @@ A ``TorchDispatchMode`` sees each collective as the op the *program* dispatched:
   and in backward. ``scatter_``, ``gather_``, ``reduce_`` and ``barrier`` count under their own
   names, as does any other ``c10d`` op (``send``, ``recv_``, ...).
 
+- torch's context-parallel custom ops, ``cplib.flex_cp_allgather`` (FlexAttention's CP, and BOOST's masked
+  SDPA under CP) and its backward: what they issue inside, one all-gather of the keys and one of the values
+  along the sequence, back one reduce-scatter of each (counted as two collectives each way).
+
 What a backend does *inside* an op is not seen, so nothing is counted twice: a functional collective
 does not also count the ``c10d`` op it runs, gloo's reduce-scatter (an all-reduce + chunk) counts as
 one reduce-scatter, a coalesced op counts once with the summed payload. DTensor on a CPU mesh turns
@@ -159,6 +163,27 @@ _SIZES = {
 }
 
 
+def _gathered(t: torch.Tensor, dim: int, ranks: int) -> tuple[Shape, torch.dtype]:
+    """``t`` gathered along ``dim`` from ``ranks`` ranks."""
+    shape = list(t.shape)
+    shape[dim] *= ranks
+    return tuple(shape), t.dtype
+
+
+# custom ops that issue collectives inside (args: keys, values, seq_dim, pg_name): one collective per tensor
+_CP_NAMESPACE = "cplib"
+_SPLIT = {
+    (_CP_NAMESPACE, "flex_cp_allgather"): (
+        "all_gather",
+        lambda a, n: [_gathered(a[0], a[2], n), _gathered(a[1], a[2], n)],
+    ),
+    (_CP_NAMESPACE, "flex_cp_allgather_backward"): (
+        "reduce_scatter",
+        lambda a, n: [_full(a[0]), _full(a[1])],
+    ),
+}
+
+
 def _other(name: str):
     """Any other collective: named after its op, sized by the tensors of its first argument."""
 
@@ -177,7 +202,7 @@ def _group_size(func, args) -> int | None:
             return int(value)
         if arg.name == "process_group":
             return dist.ProcessGroup.unbox(value).size()
-        if arg.name == "group_name":
+        if arg.name in ("group_name", "pg_name"):
             return _resolve_process_group(value).size()
     return None
 
@@ -231,6 +256,10 @@ class CommCounter(TorchDispatchMode):
             if problem := nccl_rule_problem(f"{func.namespace}.{func._opname}", _tensors(args), self.device):
                 raise NcclRuleError(problem)
             self._record(func, *(_SIZES.get(key) or _other(func._opname)), args)
+        elif (key := (func.namespace, func._opname)) in _SPLIT:
+            kind, size = _SPLIT[key]
+            for payload in size(args, _group_size(func, args)):
+                self._record(func, kind, lambda a, n, p=payload: [p], args)
         return func(*args, **kwargs)
 
     def _record(self, func, kind: str, size, args) -> None:

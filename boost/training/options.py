@@ -57,6 +57,15 @@ class BoostOptions:
     activation_checkpoint: str = "none"
     """none | full (torchtitan's whole-block AC) | lowrank (keep r-wide latents, recompute the rest)."""
 
+    attn_type: str = "sdpa"
+    """Attention kernel, as torchtitan's LLaMA names it: sdpa (torch's scaled_dot_product_attention) |
+    flex (FlexAttention) | varlen (torch's varlen_attn over the packed documents; block_causal only).
+    Which device trains each is torch's to say: the preflight asks it on this machine's device."""
+
+    attn_mask_type: str = "causal"
+    """causal (each window one sequence) | block_causal (a token attends only within its own document of
+    the packed window; documents end at the tokenizer's EOS, as every BOOST dataset frames them)."""
+
     tokenizer_vocab_size: int = 2048
     """Vocabulary of the BPE tokenizer trained offline when model.hf_assets_path holds none."""
 

@@ -12,7 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.feature_matrix import LAYOUTS, MODELS, REFERENCES, REFUSED, SUPPORTED, Row, model
+from tests.feature_matrix import (
+    LAYOUTS,
+    MODELS,
+    REFERENCES,
+    REFUSED,
+    SUPPORTED,
+    Row,
+    mask_overrides,
+    model,
+    packed_documents,
+)
 from tests.suite_once import once_per_suite
 from tests.trainer import ROOT, losses, train
 
@@ -59,21 +69,33 @@ def assert_same_curve(got: dict[int, float], want: dict[int, float], rtol: float
 
 
 @pytest.fixture(scope="module")
-def reference_losses(tmp_path_factory):
-    """Reference curves, one per (scheme's model, data-parallel degree), computed once a suite when first
-    asked (``tests/suite_once.py``: the rows run on every xdist worker)."""
-    cache: dict[tuple[str, str, bool], dict[int, float]] = {}
+def documents(tmp_path_factory) -> Path:
+    """The packed short documents of the block-causal rows, written once a suite."""
+    folder, _ = once_per_suite(tmp_path_factory, "packed-documents", lambda f: str(packed_documents(f)))
+    return folder / "documents.jsonl"
 
-    def get(scheme: str, reference: str, lax: bool = False) -> dict[int, float]:
-        if (scheme, reference, lax) not in cache:
+
+@pytest.fixture(scope="module")
+def reference_losses(tmp_path_factory, documents):
+    """Reference curves, one per (scheme's model, data-parallel degree, mask), computed once a suite when
+    first asked (``tests/suite_once.py``: the rows run on every xdist worker)."""
+    cache: dict[tuple[str, str, str, bool], dict[int, float]] = {}
+
+    def get(scheme: str, reference: str, mask: str = "causal", lax: bool = False) -> dict[int, float]:
+        if (scheme, reference, mask, lax) not in cache:
             ngpu, layout = REFERENCES[reference]
+            masked = mask_overrides(mask, documents)
             _, log = once_per_suite(
                 tmp_path_factory,
-                f"ref-{scheme}-{reference}" + ("-lax" if lax else ""),
-                lambda folder: train(folder, *COMMON, *model(scheme, lax), *layout, ngpu=ngpu, steps=STEPS),
+                f"ref-{scheme}-{reference}"
+                + ("" if mask == "causal" else f"-{mask}")
+                + ("-lax" if lax else ""),
+                lambda folder: train(
+                    folder, *COMMON, *model(scheme, lax), *layout, *masked, ngpu=ngpu, steps=STEPS
+                ),
             )
-            cache[scheme, reference, lax] = losses(log)
-        return cache[scheme, reference, lax]
+            cache[scheme, reference, mask, lax] = losses(log)
+        return cache[scheme, reference, mask, lax]
 
     return get
 
@@ -92,19 +114,22 @@ COMPAT_ROW = "btp-eager-ac_lowrank-pp×tp"
     [pytest.param(r, marks=[pytest.mark.compat] if r.name == COMPAT_ROW else []) for r in SUPPORTED],
     ids=lambda r: r.name,
 )
-def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_path: Path):
+def test_supported_row_matches_its_reference(row: Row, reference_losses, documents, tmp_path: Path):
     ngpu = LAYOUTS[row.layout][0]
-    # the loss lives on the last pipeline stage: ranks 2 and 3 of pp=2 × tp=2
+    # the loss lives on the last pipeline stage: ranks 2 and 3 of pp=2 × tp=2 (and of pp=2 × cp=2)
     log = train(
         tmp_path,
         *COMMON,
         *row.overrides(),
+        *mask_overrides(row.mask, documents),
         *(PROFILING if row.name == PROFILED_ROW else []),
         ngpu=ngpu,
         steps=STEPS,
-        log_rank=2 if row.layout == "pp×tp" else 0,
+        log_rank=2 if row.layout.startswith("pp×") else 0,
     )
-    assert f"Applied {row.scheme} tensor parallelism (degree 2" in log
+    if "tp" in row.layout:
+        assert f"Applied {row.scheme} tensor parallelism (degree 2" in log
+    assert f"Attention: sdpa, {row.mask} mask" in log
     if row.compiled:
         assert "Compiling each TransformerBlock with torch.compile" in log
         # the first step compiles (before torchtitan lowers the timeouts); the counter watches the second
@@ -112,16 +137,21 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_pat
             assert log.index("comm/step") > re.search(r"step:\s+2\s", log).start(), log[-3000:]
     if row.ac == "lowrank":
         assert "Applied low-rank activation checkpointing" in log
-    if row.layout == "fsdp×tp":
+    if row.layout.startswith("fsdp×"):
         assert ("Applied FSDP to the model" if row.fsdp == "fully_shard" else "Applied SimpleFSDP") in log
-    if row.layout == "pp×tp":
+    if "cp" in row.layout:
+        how = "ring attention" if row.mask == "causal" else "keys and values all-gathered"
+        applied = rf"Applied context parallelism \(degree \d\) to sdpa attention: {how}"
+        assert re.search(applied, log), log[-3000:]
+    if row.layout.startswith("pp×"):
         # the per-token loss scaling under PP (torchtitan #2972): gradient norms like the unpipelined run's
         norms = [float(v) for v in re.findall(r"grad_norm:\s+([\d.]+)", log)]
         assert norms and max(norms) < 20, norms
     else:
-        assert re.search(r"comm/step: .*all_reduce \d+× [\d.]+ [KM]iB", log), log[-3000:]
+        collective = "all_gather" if "cp" in row.layout else "all_reduce"  # the attention's keys and values
+        assert re.search(rf"comm/step: .*{collective} \d+× [\d.]+ [KM]iB", log), log[-3000:]
         _assert_tensorboard_has_comm_metrics(tmp_path / "out" / "tb")
-    got, want = losses(log), reference_losses(row.scheme, row.reference, row.lax)
+    got, want = losses(log), reference_losses(row.scheme, row.reference, row.mask, row.lax)
     assert_same_curve(got, want, RTOL if row.precision == "float32" else BF16_RTOL)
     if row.name == PROFILED_ROW:
         traces = list((tmp_path / "out" / "profile_traces" / "iteration_4").glob("rank*_trace.json"))
@@ -133,6 +163,20 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, tmp_pat
         # it really computed in bf16: farther from the fp32 curve than fp32 layouts ever are
         assert any(abs(got[s] - want[s]) > RTOL * abs(want[s]) for s in want), (got, want)
         assert f"BOOST computes in bfloat16 ({'FSDP2' if row.fsdp == 'fully_shard' else 'SimpleFSDP'}" in log
+
+
+@pytest.mark.slow
+def test_block_causal_reference_is_not_the_causal_run(reference_losses, documents, tmp_path: Path):
+    # The block-causal references hold the rows; this holds the references to the mask: on the same packed
+    # documents the causal run's curve is another one, at every step 5x farther than the rows' tolerance
+    # (windows hold several documents).
+    corpus = ("--training.dataset", "local", "--training.dataset_path", str(documents))
+    log = train(tmp_path, *COMMON, *MODELS["megatron"], *corpus, ngpu=1, steps=STEPS)
+    causal, block_causal = losses(log), reference_losses("megatron", "1", "block_causal")
+    assert all(abs(causal[s] - block_causal[s]) > 5 * RTOL * abs(causal[s]) for s in causal), (
+        causal,
+        block_causal,
+    )
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ combination, and compiling with profiling on: tests/end_to_end/test_feature_matr
 
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -129,3 +130,39 @@ def test_one_device_bf16_trains_under_autocast_near_the_float32_curve(default_ru
     assert got.keys() == set(range(1, 5)), got
     assert all(abs(got[s] - want[s]) <= BF16_RTOL * abs(want[s]) for s in got), (got, want)
     assert any(got[s] != want[s] for s in got), (got, want)
+
+
+def _validation_losses(log: str) -> dict[int, float]:
+    return {int(s): float(v) for s, v in re.findall(r"validate step:\s+(\d+)\s+\S*loss:\s+([\d.]+)", log)}
+
+
+@pytest.mark.slow
+def test_context_parallel_checkpoints_reshard_across_cp_degrees_and_validate_on_one_curve(
+    default_run, tmp_path
+):
+    # The one-process checkpoint (step 10) resumed at cp 2, whose own checkpoint (step 12) resumes at cp 4:
+    # DCP reshards FSDP's shards over dp_shard × cp, the data position is kept (the data-parallel degree stays
+    # 1: CP ranks read the same samples), and every step and validation is the one-process run's. torchtitan's
+    # validator reported cp× the loss under CP (it counted a rank's share of the tokens: BoostValidator).
+    validation = ("--validation.enable", "--validation.freq", "2")
+    checkpoint = default_run.tmp / "out" / "checkpoint"
+    one = _resume(tmp_path, checkpoint, "one", *validation, ngpu=1, steps=DEFAULT_STEPS + 3)
+    cp2 = _resume(
+        tmp_path,
+        checkpoint,
+        "cp2",
+        *validation,
+        "--parallelism.context_parallel_degree",
+        "2",
+        ngpu=2,
+        steps=12,
+    )
+    cp4 = _resume(
+        tmp_path, tmp_path / "cp2" / "checkpoint", "cp4", "--parallelism.context_parallel_degree", "4", ngpu=4
+    )
+    assert "Applied context parallelism (degree 2) to sdpa attention: ring attention" in cp2
+    assert f"Training starts at step {DEFAULT_STEPS + 3}" in cp4 and "degree changed" not in cp4
+    want = losses(one)
+    _close(losses(cp2), {s: want[s] for s in (11, 12)}, 1e-5)
+    _close(losses(cp4), {13: want[13]}, 1e-5)
+    _close(_validation_losses(cp2), {12: _validation_losses(one)[12]}, 1e-5)

@@ -32,6 +32,7 @@ from bench.gpu_report_markdown import render
 from bench.gpu_rows import ROWS, KernelRow, TrainRow
 from bench.kernel_split import KINDS, classify, split
 from bench.rank_dry_run import summarize
+from torchtitan_ext.infra.attention import kernel_problem
 from torchtitan_ext.preflight import ConfigError, check_job
 from torchtitan_ext.preflight.job_warnings import JobWarning
 
@@ -260,7 +261,12 @@ def test_every_report_row_passes_the_preflight_at_its_process_count(tmp_path):
             try:
                 check_job(args, row.ngpu)
             except ConfigError as e:
-                pytest.fail(f"{row.section}: {row.name}: {e}")
+                # a kernel this machine's torch does not train (FlexAttention on a CPU) is refused here by the
+                # probe the preflight runs on the machine's own device: the GPU's preflight asks its own
+                attn_type = args[args.index("--boost.attn_type") + 1] if "--boost.attn_type" in args else None
+                problem = kernel_problem(attn_type) if attn_type else None
+                if problem is None or problem not in str(e):
+                    pytest.fail(f"{row.section}: {row.name}: {e}")
 
 
 def test_dry_check_lists_every_row_and_its_command(capsys):

@@ -12,6 +12,7 @@ from boost.planning.layout_planner import main as plan_main
 from boost.planning.perf_model import (
     HEADROOM,
     TrainingLayout,
+    advise_long_sequence,
     advise_micro_batch,
     memory_per_gpu,
     usable_bytes,
@@ -159,7 +160,7 @@ def test_advice_refuses_no_memory_and_a_layout_that_does_not_fit_at_micro_batch_
         ValueError, match=r"does not fit at micro-batch 1: it peaks at \d+\.\d GiB, over the 14\.4"
     ):
         advise_micro_batch(_toml("30B"), 16, 16 * GIB)
-    with pytest.raises(ValueError, match="needs a multiple of tp × pp × dp_replicate = 16 GPUs, not 24"):
+    with pytest.raises(ValueError, match="needs a multiple of tp × pp × dp_replicate × cp = 16 GPUs, not 24"):
         advise_micro_batch(_toml("30B"), 24, 80 * GIB)
     # what the model does not count is refused, not guessed
     with pytest.raises(
@@ -174,8 +175,8 @@ def test_advice_refuses_no_memory_and_a_layout_that_does_not_fit_at_micro_batch_
     assert plan_main(["--config", str(_toml("30B")), "--gpus", "16", "--memory-gib", "16"]) == 2
     assert "does not fit at micro-batch 1" in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        plan_main(["--config", str(_toml("7B")), "--gpus", "16", "--seq-len", "2048"])
-    assert "argument --seq-len: not with --config (the TOML sets it)" in capsys.readouterr().err
+        plan_main(["--config", str(_toml("7B")), "--gpus", "16", "--micro-batch", "2"])
+    assert "argument --micro-batch: not with --config (the TOML sets it)" in capsys.readouterr().err
 
 
 def test_toml_headers_quote_the_advice_on_80_gib():
@@ -205,3 +206,29 @@ def test_advised_overrides_pass_validation(capsys):
         assert job.training.local_batch_size == layout.num_microbatches * advice.micro_batch
         if layout.pp > 1:
             assert job.parallelism.pipeline_parallel_microbatch_size == advice.micro_batch
+
+
+def test_toml_headers_quote_the_long_window_advice_and_it_passes_validation():
+    # the smallest context-parallel degree that fits each shipped TOML's micro-batch at 32k, at the dry runs'
+    # GPU counts; what the planner prints is what the preflight accepts
+    from torchtitan_ext.preflight import check_job
+
+    for flavor, gpus in (("1B", 8), ("3B", 8), ("7B", 16), ("13B", 32), ("30B", 32)):
+        header = _toml(flavor).read_text().split("\n[")[0]
+        command = (
+            f"python -m boost.planning.layout_planner --config train_configs/{flavor}.toml "
+            f"--gpus {gpus} --memory-gib 80 --seq-len 32768"
+        )
+        assert command in header, flavor
+        advice = advise_long_sequence(_toml(flavor), gpus, 80 * GIB, 32768)
+        assert f"-> {advice.overrides()}   (peak {advice.peak / GIB:.1f} GiB" in header, flavor
+        assert advice.peak <= usable_bytes(80 * GIB)
+        smaller = [cp for cp in advice.peaks if cp < advice.layout.cp]
+        assert all(advice.peaks[cp] > usable_bytes(80 * GIB) for cp in smaller), flavor  # the smallest
+        job = check_job(
+            ["--job.config_file", str(_toml(flavor)), *advice.overrides().split()], world_size=gpus
+        )
+        assert job.parallelism.context_parallel_degree == advice.layout.cp
+    assert advise_long_sequence(_toml("7B"), 16, 80 * GIB, 32768).layout.cp == 4
+    with pytest.raises(ValueError, match="does not fit 4 GPUs of 80.0 GiB at its micro-batch 4: at cp 1"):
+        advise_long_sequence(_toml("7B"), 4, 80 * GIB, 32768)

@@ -16,10 +16,13 @@ from boost.planning.layout_planner import enumerate_layouts
 from boost.planning.layout_planner import main as plan_main
 from boost.planning.perf_model import (
     A100,
+    H100,
     collective_time,
+    memory_per_gpu,
     model_args,
     paper_table,
     predict_step_time,
+    usable_bytes,
 )
 from boost.training.model import flops_per_token
 
@@ -135,7 +138,7 @@ def test_unknown_inputs_raise():
 def test_planner_7b_on_16_a100():
     layouts = enumerate_layouts("7B", 16, "a100")
     best = layouts[0]
-    assert best.tp * best.pp * best.dp == 16
+    assert best.tp * best.pp * best.cp * best.dp == 16 and best.cp == 1  # 4k windows fit: no CP
     assert best.memory_bytes <= A100.memory_bytes
     assert best.tp <= 8 and 32 % best.tp == 0
     assert all(a.tokens_per_s >= b.tokens_per_s for a, b in zip(layouts, layouts[1:]))
@@ -214,3 +217,35 @@ def test_every_printed_layout_is_accepted_by_validation(capsys):
             job.boost.activation_checkpoint,
         ) == (layout.tp, layout.pp, layout.scheme, layout.ac)
         assert job.boost.group_linears == (layout.scheme != "vanilla")
+
+
+def test_context_parallelism_in_the_step_time_memory_and_planner():
+    kw = dict(hardware="h100", micro_batch=1, seq_len=32768, activation_checkpoint="lowrank")
+    one = predict_step_time("7B", "btp", 4, 1, breakdown=True, **kw)
+    four = predict_step_time("7B", "btp", 4, 1, cp=4, breakdown=True, **kw)
+    # a rank's queries are a quarter of each window, over all of its keys: a quarter of the attention, with
+    # the ring's 4 kernels and their merges on top
+    assert (
+        one["attn_fwd"] / 4 < four["attn_fwd"] < one["attn_fwd"] / 2
+        and four["gemm_fwd"] < one["gemm_fwd"] / 2
+    )
+    assert one["cp_fwd"] == one["cp_bwd"] == 0 < four["cp_fwd"] < four["cp_bwd"]
+    ring = predict_step_time("7B", "btp", 4, 1, cp=4, **kw)
+    gathered = predict_step_time("7B", "btp", 4, 1, cp=4, attn_mask_type="block_causal", **kw)
+    assert gathered > ring  # SDPA's boolean mask: every score, no causal half skipped
+    mem = dict(micro_batch=1, seq_len=32768, num_microbatches=1, compiled=True, breakdown=True)
+    m1 = memory_per_gpu("7B", "btp", 4, 1, 4, "lowrank", **mem)
+    m4 = memory_per_gpu("7B", "btp", 4, 1, 1, "lowrank", cp=4, **mem)
+    assert m4["states"] == m1["states"]  # FSDP over dp × cp: 4 × 1 = 1 × 4 ranks
+    assert m4["logits"] == m1["logits"] / 4 and m4["activations"] < m1["activations"] / 2
+    masked = memory_per_gpu("7B", "btp", 4, 1, 1, "lowrank", cp=4, attn_mask_type="block_causal", **mem)
+    assert (
+        masked["activations"] > m4["activations"] + 32768 * 8192
+    )  # the mask rows, b·(s/cp)·s bytes at least
+    # the planner keeps whole windows where they fit, and shards them where that is faster or needed
+    assert enumerate_layouts("7B", 16, "h100")[0].cp == 1
+    long = enumerate_layouts("7B", 16, "h100", seq_len=32768, micro_batch=4)
+    assert long[0].cp > 1 and "--parallelism.context_parallel_degree" in long[0].overrides(
+        "cola", 1, 4, 32768
+    )
+    assert all(l.memory_bytes <= usable_bytes(H100.memory_bytes) for l in long)

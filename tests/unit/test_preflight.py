@@ -306,10 +306,42 @@ CASES = [
         "experimental.custom_import = 'no.such.module': no such module",
     ),
     # Feature combinations
+    (["--boost.attn_type", "ring"], 1, "boost.attn_type = 'ring': choose one of"),
     (
-        ["--parallelism.context_parallel_degree", "2"],
+        ["--boost.attn_type", "varlen"],
+        1,
+        "boost.attn_mask_type = 'causal': varlen attends within each document of a packed window",
+    ),
+    (
+        [
+            *("--boost.attn_type", "varlen", "--boost.attn_mask_type", "block_causal"),
+            *("--parallelism.pipeline_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"),
+        ],
         2,
-        "parallelism.context_parallel_degree = 2: BOOST's Transformer does not",
+        "boost.attn_type = 'varlen': varlen's document offsets run over the whole local batch",
+    ),
+    (
+        ["--parallelism.context_parallel_degree", "2", "--training.seq_len", "66"],
+        2,
+        "training.seq_len = 66: must be divisible by 4 (cp 2 × 2 chunks a rank under the headtail balancer)",
+    ),
+    (
+        [
+            "--parallelism.context_parallel_degree",
+            "2",
+            "--parallelism.context_parallel_load_balancer",
+            "ptrr",
+        ],
+        2,
+        "parallelism.context_parallel_load_balancer = 'ptrr': ptrr balances by a FlexAttention block mask",
+    ),
+    (
+        [
+            *("--parallelism.context_parallel_degree", "2"),
+            *("--boost.attn_type", "varlen", "--boost.attn_mask_type", "block_causal"),
+        ],
+        2,
+        "boost.attn_type = 'varlen': varlen has no context-parallel path",
     ),
     (
         ["--activation_checkpoint.mode", "full", "--boost.activation_checkpoint", "lowrank"],

@@ -30,7 +30,7 @@ from dataclasses import asdict
 from datasets import Dataset
 from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.components.tokenizer import BaseTokenizer
-from torchtitan.components.validate import BaseValidator, build_validator
+from torchtitan.components.validate import BaseValidator
 from torchtitan.config import JobConfig
 from torchtitan.hf_datasets import DatasetConfig
 from torchtitan.hf_datasets.text_datasets import DATASETS, HuggingFaceTextDataset, build_text_dataloader
@@ -42,6 +42,7 @@ from boost.training.data.stdlib_corpus import stdlib_texts
 from torchtitan_ext.data.token_loader import build_token_dataloader, build_token_validation_dataloader
 from torchtitan_ext.data.token_sources import is_tokens
 from torchtitan_ext.torchtitan_private import validators_built_with
+from torchtitan_ext.validator import BoostValidator
 
 
 def load_stdlib_dataset(split: str) -> Dataset:
@@ -164,14 +165,16 @@ def build_boost_validation_dataloader(
 def build_boost_validator(
     *, job_config: JobConfig, dp_world_size: int, dp_rank: int, tokenizer: BaseTokenizer, **kwargs
 ) -> BaseValidator:
-    """torchtitan's ``Validator`` scoring the same held-out batches at every validation: it builds its
-    loader with ``build_boost_validation_dataloader`` (finite, whatever ``validation.steps``)."""
+    """torchtitan's ``build_validator`` with ``BoostValidator``, scoring the same held-out batches at every
+    validation: it builds its loader with ``build_boost_validation_dataloader`` (finite, whatever
+    ``validation.steps``)."""
 
     def build_loader(*, job_config, dp_world_size, dp_rank, tokenizer, infinite):
         return build_boost_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config)
 
+    assert kwargs.get("metrics_processor") is not None  # as torchtitan's build_validator asserts
     with validators_built_with(build_loader):
-        return build_validator(
+        return BoostValidator(
             job_config=job_config, dp_world_size=dp_world_size, dp_rank=dp_rank, tokenizer=tokenizer, **kwargs
         )
 

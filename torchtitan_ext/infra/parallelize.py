@@ -1,4 +1,4 @@
-"""torchtitan's parallelize function for BOOST models: TP/BTP -> activation checkpointing -> compile -> FSDP2.
+"""torchtitan's parallelize function for BOOST models: TP/BTP -> CP -> activation checkpointing -> compile -> FSDP2.
 
 The order and the compile/AC code are torchtitan's (llama3); the tensor-parallel plan is BOOST's, and
 so is one FSDP2 argument: where a batched up-projection is sharded (``shard_placement``).
@@ -28,6 +28,8 @@ from torchtitan.tools.logging import logger
 import boost.training.parallel
 from boost.training import rules
 from boost.training.rules import reshards_after_forward
+from torchtitan_ext.infra.attention import compile_flex_attention
+from torchtitan_ext.infra.context_parallel import apply_context_parallel
 from torchtitan_ext.infra.cudagraphs import apply_compile_with_cudagraphs
 from torchtitan_ext.infra.simple_fsdp import apply_simple_fsdp
 from torchtitan_ext.torch_private import keep_ranks_compiled_graphs_apart
@@ -47,6 +49,18 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
         )
         logger.info(
             f"Applied {cfg.tp_scheme} tensor parallelism (degree {parallel_dims.tp}, norm {cfg.norm})"
+        )
+
+    logger.info(f"Attention: {cfg.attn_type}, {cfg.attn_mask_type} mask")
+    if cfg.attn_type == "flex":
+        compile_flex_attention()  # torchtitan's LLaMA always runs FlexAttention compiled
+    if parallel_dims.cp_enabled:
+        apply_context_parallel(
+            model,
+            parallel_dims.get_mesh("cp"),
+            cfg.attn_type,
+            cfg.attn_mask_type,
+            job_config.parallelism.context_parallel_rotate_method,
         )
 
     compile_model = rules.compiles_model(job_config.compile.enable, job_config.compile.components)

@@ -206,12 +206,14 @@ def carry_widths(model_args: BaseModelArgs) -> tuple[int, ...]:
 
 def _microbatch_shapes(job_config: JobConfig) -> tuple[tuple[int, int], tuple[int, int]]:
     """``(micro-batch, seq)`` of training and of validation: torch splits each batch into the
-    schedule's ``n_microbatches`` (torchtitan's: local batch / pipeline micro-batch size)."""
+    schedule's ``n_microbatches`` (torchtitan's: local batch / pipeline micro-batch size); ``seq`` is a
+    context-parallel rank's share."""
     training, validation = job_config.training, job_config.validation
     micro_batch = job_config.parallelism.pipeline_parallel_microbatch_size
     n_microbatches = training.local_batch_size // micro_batch
+    cp = job_config.parallelism.context_parallel_degree  # a stage holds its CP rank's share of the sequence
     if not validation.enable:
-        return (micro_batch, training.seq_len), (micro_batch, training.seq_len)
+        return (micro_batch, training.seq_len // cp), (micro_batch, training.seq_len // cp)
     if validation.local_batch_size % n_microbatches:  # the preflight refuses it first (job_rules)
         raise ValueError(
             f"validation.local_batch_size = {validation.local_batch_size} does not split into the pipeline's "
@@ -219,7 +221,7 @@ def _microbatch_shapes(job_config: JobConfig) -> tuple[tuple[int, int], tuple[in
             "parallelism.pipeline_parallel_microbatch_size); choose a multiple"
         )
     validation_micro_batch = validation.local_batch_size // n_microbatches
-    return (micro_batch, training.seq_len), (validation_micro_batch, validation.seq_len)
+    return (micro_batch, training.seq_len // cp), (validation_micro_batch, validation.seq_len // cp)
 
 
 class PerTokenSchedule:

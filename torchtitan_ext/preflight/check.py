@@ -103,6 +103,7 @@ def preflight(argv: list[str], world_size: int | None = None) -> SimpleNamespace
         from torchtitan_ext.guards.checkpoint_guard import check_resume  # the checkpoint reader needs torch
 
         check_resume(job.values)
+        check_attention_kernel(job.values)
         _warn(job.values, world_size)
     return job.values
 
@@ -205,7 +206,18 @@ def check_config(job, world_size: int) -> None:
 def _check_built_job(job, world_size: int) -> None:
     """What a job whose values passed the rules still needs: its input files, and the warnings."""
     check_input_files(job, world_size)
+    check_attention_kernel(job)
     _warn(job, world_size)
+
+
+def check_attention_kernel(job) -> None:
+    """``boost.attn_type`` trains on this machine's device: torch's say, asked there
+    (``torchtitan_ext.infra.attention.kernel_problem``). Where a rank runs, its device is the launcher's."""
+    from torchtitan_ext.infra.attention import kernel_problem  # torch: after the checks that need none
+
+    problem = kernel_problem(job.boost.attn_type)
+    if problem is not None:
+        refuse("boost.attn_type", job.boost.attn_type, problem)
 
 
 def _warn(job, world_size: int) -> None:

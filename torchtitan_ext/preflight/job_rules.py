@@ -23,7 +23,17 @@ from typing import Any
 
 from boost.training import rules
 from boost.training.model.args import FLAVORS, ModelArgs
-from boost.training.rules import AC_MODES, FSDP_IMPLS, KINDS, LAX_GATES, LINEAR_KINDS, NORM_MODES, TP_SCHEMES
+from boost.training.rules import (
+    AC_MODES,
+    ATTENTION_TYPES,
+    FSDP_IMPLS,
+    KINDS,
+    LAX_GATES,
+    LINEAR_KINDS,
+    MASK_TYPES,
+    NORM_MODES,
+    TP_SCHEMES,
+)
 
 # torchtitan.components.optimizer.build_optimizers knows Adam and AdamW (NotImplementedError otherwise);
 # torchtitan_ext.optimizer.build_boost_optimizers adds LORO.
@@ -276,6 +286,18 @@ def _enough_microbatches(ctx: JobContext) -> str | None:
     )
 
 
+def _context_parallel_sequence(ctx: JobContext, seq_len: int) -> str | None:
+    par = ctx.job.parallelism
+    return rules.context_parallel_problem(
+        par.context_parallel_degree,
+        seq_len,
+        ctx.boost.attn_type,
+        par.context_parallel_load_balancer,
+        ctx.tp,
+        ctx.boost.sequence_parallel,
+    )
+
+
 def _rank_ratio_in_range(ctx: JobContext) -> str | None:
     b = ctx.boost
     if not KINDS[b.linear].low_rank or b.rank or 0 < b.rank_ratio < 1:
@@ -408,6 +430,13 @@ RULES: tuple[Rule, ...] = (
     one_of("boost.tp_scheme", TP_SCHEMES),
     one_of("boost.activation_checkpoint", AC_MODES),
     one_of("boost.fsdp", FSDP_IMPLS),
+    one_of("boost.attn_type", ATTENTION_TYPES),
+    one_of("boost.attn_mask_type", MASK_TYPES),
+    Rule(
+        "boost.attn_mask_type",
+        "one the attention kernel computes (varlen: block_causal)",
+        lambda c: rules.attention_mask_problem(c.boost.attn_type, c.boost.attn_mask_type),
+    ),
     Rule(
         "boost.fsdp",
         "simple_fsdp: compiled model, no PP, HSDP, CPU offload or LORO, reshard policy default",
@@ -454,14 +483,12 @@ RULES: tuple[Rule, ...] = (
     at_least("parallelism.tensor_parallel_degree", 1),
     at_least("parallelism.pipeline_parallel_degree", 1),
     at_least("parallelism.data_parallel_replicate_degree", 1),
+    at_least("parallelism.context_parallel_degree", 1),
     Rule(
-        "parallelism.context_parallel_degree",
-        "1 (CP × BTP is not implemented)",
-        lambda c: (
-            None
-            if c.job.parallelism.context_parallel_degree == 1
-            else "BOOST's Transformer does not take torchtitan's context-parallel positions (CP × BTP is not "
-            "implemented): use 1"
+        "boost.attn_type",
+        "sdpa or flex under context or pipeline parallelism (varlen has neither)",
+        lambda c: rules.attention_layout_problem(
+            c.boost.attn_type, c.job.parallelism.context_parallel_degree, c.pp
         ),
     ),
     Rule(
@@ -472,6 +499,15 @@ RULES: tuple[Rule, ...] = (
             if c.job.parallelism.context_parallel_load_balancer != ""
             else 'an empty name is no balancer: leave it unset (torchtitan\'s "headtail"), or pass '
             "--parallelism.context_parallel_load_balancer None for none"
+        ),
+    ),
+    Rule(
+        "parallelism.context_parallel_load_balancer",
+        "headtail, ptrr (flex only) or None",
+        lambda c: rules.load_balancer_problem(
+            c.job.parallelism.context_parallel_load_balancer,
+            c.boost.attn_type,
+            c.job.parallelism.context_parallel_degree,
         ),
     ),
     Rule(
@@ -580,6 +616,11 @@ RULES: tuple[Rule, ...] = (
     at_least("training.steps", 1),
     at_least("training.local_batch_size", 1),
     at_least("training.seq_len", 2, "an input and a label token"),
+    Rule(
+        "training.seq_len",
+        "divisible by cp (× 2 under a load balancer, × tp under sequence parallelism; cp × 128 for flex)",
+        lambda c: _context_parallel_sequence(c, c.job.training.seq_len),
+    ),
     Rule(
         "training.global_batch_size",
         "-1, or a multiple of local_batch_size × data-parallel degree",
@@ -701,6 +742,11 @@ RULES: tuple[Rule, ...] = (
     ),
     at_least("validation.local_batch_size", 1, when=_validation_applies),
     at_least("validation.seq_len", 2, when=_validation_applies),
+    Rule(
+        "validation.seq_len",
+        "divisible as training.seq_len under CP, when validation.enable",
+        lambda c: _context_parallel_sequence(c, c.job.validation.seq_len) if _validation_applies(c) else None,
+    ),
     Rule(
         "validation.dataloader.num_workers",
         '0 when validation.dataset = "tokens" and validation.enable',

@@ -8,7 +8,8 @@
 ``fit``                ``fit_a100``: refit A100's efficiencies to that table (by hand)
 ``cpu_calibration``    ``calibrate_cpu``: measure this machine for ``CPU_GLOO`` (by hand)
 ``peak_memory``        ``memory_per_gpu``: a layout's peak memory per GPU, calibrated on an H100
-``micro_batch_advice`` ``advise_micro_batch``: the largest micro-batch a training TOML fits on a GPU
+``micro_batch_advice`` ``advise_micro_batch``: the largest micro-batch a training TOML fits on a GPU;
+                       ``advise_long_sequence``: the smallest CP degree its windows need stretched
 =====================  ======================================================================
 
 Example::
@@ -21,7 +22,13 @@ from boost.planning.perf_model.cpu_calibration import calibrate_cpu
 from boost.planning.perf_model.fit import fit_a100
 from boost.planning.perf_model.hardware import A100, CPU_GLOO, H100, HARDWARE, Hardware, get_hardware
 from boost.planning.perf_model.loro_cost import loro_exact_step_time
-from boost.planning.perf_model.micro_batch_advice import MicroBatchAdvice, TrainingLayout, advise_micro_batch
+from boost.planning.perf_model.micro_batch_advice import (
+    LongSequenceAdvice,
+    MicroBatchAdvice,
+    TrainingLayout,
+    advise_long_sequence,
+    advise_micro_batch,
+)
 from boost.planning.perf_model.peak_memory import HEADROOM, memory_per_gpu, usable_bytes
 from boost.planning.perf_model.reference_table import (
     PAPER_COMM_7B,
@@ -44,8 +51,10 @@ from boost.planning.perf_model.step_time import (
 
 __all__ = [
     "HEADROOM",
+    "LongSequenceAdvice",
     "MicroBatchAdvice",
     "TrainingLayout",
+    "advise_long_sequence",
     "advise_micro_batch",
     "loro_exact_step_time",
     "memory_per_gpu",

@@ -1,4 +1,5 @@
-"""The largest micro-batch a training TOML's layout fits on a GPU of a given memory.
+"""The largest micro-batch a training TOML's layout fits on a GPU of a given memory; and the smallest
+context-parallel degree that fits its windows stretched to a longer sequence.
 
 The layout is the TOML's (flavor, linear kind, TP scheme, AC mode, tp, pp, FSDP over the rest of the
 GPUs, sequence length, compute dtype, compile); only the micro-batch moves. The micro-batch is what one
@@ -14,10 +15,13 @@ Example::
     >>> advice = advise_micro_batch(toml, gpus=16, gpu_memory_bytes=80 * 2**30)
     >>> advice.micro_batch, advice.overrides()
     (20, '--training.local_batch_size 20')
+    >>> advise_long_sequence(toml, gpus=16, gpu_memory_bytes=80 * 2**30, seq_len=32768).overrides()
+    '--training.seq_len 32768 --parallelism.context_parallel_degree 4'
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +38,7 @@ from boost.training.options import BoostOptions
 from boost.training.rules import (
     RESHARD_POLICIES,
     compiles_model,
+    context_parallel_problem,
     data_parallel_degree,
     reshards_after_forward,
     resolve_rank,
@@ -70,11 +75,14 @@ class TrainingLayout:
     compiled: bool
     vocab_size: int
     reshard_policy: str  # parallelism.fsdp_reshard_after_forward
+    cp: int = 1  # parallelism.context_parallel_degree
+    attn_type: str = "sdpa"
+    attn_mask_type: str = "causal"
 
     @classmethod
     def from_toml(cls, path: str | Path) -> TrainingLayout:
         """Read ``path``; ``ValueError`` naming the key when it lacks one the memory model needs or sets
-        one it does not model (context parallelism, an optimizer other than Adam's)."""
+        one it does not model (an optimizer other than Adam's)."""
         with open(path, "rb") as f:
             toml = tomllib.load(f)
         boost, training, par = toml.get("boost", {}), toml.get("training", {}), toml.get("parallelism", {})
@@ -85,10 +93,6 @@ class TrainingLayout:
                 raise ValueError(f"{path}: [{name}] {key} is not set; the planner reads it from the TOML")
             return section[key]
 
-        if par.get("context_parallel_degree", 1) != 1:
-            raise ValueError(
-                f"{path}: [parallelism] context_parallel_degree > 1 is not modelled by the planner"
-            )
         optimizer = toml.get("optimizer", {}).get("name", "AdamW")
         if optimizer not in ("AdamW", "Adam"):
             raise ValueError(
@@ -131,6 +135,9 @@ class TrainingLayout:
             compiled=compiles_model(compile_.get("enable", False), compile_.get("components", ["model"])),
             vocab_size=boost.get("tokenizer_vocab_size", defaults.tokenizer_vocab_size),
             reshard_policy=reshard,
+            cp=par.get("context_parallel_degree", 1),
+            attn_type=boost.get("attn_type", defaults.attn_type),
+            attn_mask_type=boost.get("attn_mask_type", defaults.attn_mask_type),
         )
 
     @property
@@ -143,16 +150,17 @@ class TrainingLayout:
         return self.local_batch_size // self.pp_microbatch_size if self.pp > 1 else 1
 
     def fsdp_degree(self, gpus: int) -> int:
-        """FSDP's shard degree at ``gpus`` GPUs; ``ValueError`` where the layout does not divide them."""
-        model_parallel = self.tp * self.pp * self.dp_replicate
+        """FSDP's data-parallel shard degree at ``gpus`` GPUs (its mesh is that × ``cp``); ``ValueError``
+        where the layout does not divide them."""
+        model_parallel = self.tp * self.pp * self.dp_replicate * self.cp
         if gpus % model_parallel:
             raise ValueError(
-                f"{self.path} needs a multiple of tp × pp × dp_replicate = {model_parallel} GPUs, not {gpus}"
+                f"{self.path} needs a multiple of tp × pp × dp_replicate × cp = {model_parallel} GPUs, not {gpus}"
             )
         dp = data_parallel_degree(
-            gpus, tp=self.tp, pp=self.pp, cp=1, dp_replicate=self.dp_replicate, dp_shard=self.dp_shard
+            gpus, tp=self.tp, pp=self.pp, cp=self.cp, dp_replicate=self.dp_replicate, dp_shard=self.dp_shard
         )
-        if dp * self.tp * self.pp != gpus:
+        if dp * self.tp * self.pp * self.cp != gpus:
             raise ValueError(f"{self.path}: its parallel degrees do not multiply to {gpus} GPUs")
         return dp // self.dp_replicate
 
@@ -174,6 +182,9 @@ class TrainingLayout:
             compiled=self.compiled,
             rank=self.rank,
             reshard_after_forward=reshards_after_forward(self.reshard_policy, self.pp > 1),
+            cp=self.cp,
+            attn_type=self.attn_type,
+            attn_mask_type=self.attn_mask_type,
             breakdown=breakdown,
         )
 
@@ -215,6 +226,7 @@ class MicroBatchAdvice:
                 f"{l.path} on {self.gpus} GPUs of {self.gpu_memory_bytes / GIB:.1f} GiB: {l.flavor} {l.linear}, "
                 f"{l.scheme}, tp {l.tp}, pp {l.pp}, FSDP {l.fsdp_degree(self.gpus)}, AC {l.ac}, seq {l.seq_len}, "
                 f"{8 * l.dtype_bytes}-bit, {'compiled' if l.compiled else 'eager'}"
+                + (f", cp {l.cp}" if l.cp > 1 else "")
                 + (f", {l.num_microbatches} micro-batches per step" if l.pp > 1 else ""),
                 f"usable: {self.usable_bytes / GIB:.1f} GiB ({HEADROOM:.0%} of the GPU left for allocator "
                 f"fragmentation over a long run, compile workspace and the driver); each peak counts "
@@ -259,4 +271,70 @@ def advise_micro_batch(config: str | Path, gpus: int, gpu_memory_bytes: float) -
         peak=layout.peak(gpus, best, breakdown=True),
         next_peak=peaks[-1],
         shipped_peak=layout.peak(gpus, layout.micro_batch),
+    )
+
+
+@dataclass(frozen=True)
+class LongSequenceAdvice:
+    """The smallest context-parallel degree whose peak fits the TOML's layout and micro-batch at a longer
+    sequence (the rest of the GPUs FSDP, as the TOML's ``data_parallel_shard_degree = -1`` gives them)."""
+
+    layout: TrainingLayout  # the TOML's, at the long sequence and the chosen cp
+    gpus: int
+    gpu_memory_bytes: float
+    peaks: dict[int, float]  # cp -> peak at the TOML's micro-batch, every degree tried
+
+    def overrides(self) -> str:
+        cp = f" --parallelism.context_parallel_degree {self.layout.cp}" if self.layout.cp > 1 else ""
+        return f"--training.seq_len {self.layout.seq_len}{cp}"
+
+    @property
+    def peak(self) -> float:
+        return self.peaks[self.layout.cp]
+
+    def report(self) -> str:
+        l = self.layout
+        tried = ", ".join(f"cp {cp}: {peak / GIB:.1f} GiB" for cp, peak in self.peaks.items())
+        return "\n".join(
+            [
+                f"{l.path} on {self.gpus} GPUs of {self.gpu_memory_bytes / GIB:.1f} GiB at seq {l.seq_len}, "
+                f"micro-batch {l.micro_batch} (the TOML's): {l.flavor} {l.linear}, {l.scheme}, tp {l.tp}, "
+                f"pp {l.pp}, AC {l.ac}, {l.attn_type} {l.attn_mask_type}",
+                f"usable: {usable_bytes(self.gpu_memory_bytes) / GIB:.1f} GiB; each rank holds seq/cp of every "
+                f"window (docs/design.md §13), FSDP shards over the rest of the GPUs × cp",
+                f"peaks: {tried}",
+                (
+                    f"cp {l.cp} (smallest that fits): FSDP {l.fsdp_degree(self.gpus)}, {l.seq_len // l.cp} tokens "
+                    "of each window per rank"
+                    if l.cp > 1
+                    else f"no context parallelism needed: the whole window fits (FSDP {l.fsdp_degree(self.gpus)})"
+                ),
+                f"set it with: {self.overrides()}",
+            ]
+        )
+
+
+def advise_long_sequence(
+    config: str | Path, gpus: int, gpu_memory_bytes: float, seq_len: int
+) -> LongSequenceAdvice:
+    """``config``'s layout and micro-batch at ``seq_len``, over the smallest context-parallel degree (a
+    divisor of what tp × pp × dp_replicate leave of ``gpus``, splitting the window as the preflight asks)
+    whose peak fits a GPU of ``gpu_memory_bytes``; ``ValueError`` where none does (the message says what
+    the largest degree peaks at and what to change)."""
+    base = TrainingLayout.from_toml(config)
+    budget = usable_bytes(gpu_memory_bytes)
+    room = gpus // (base.tp * base.pp * base.dp_replicate)
+    peaks: dict[int, float] = {}
+    for cp in (k for k in range(1, room + 1) if room % k == 0):
+        layout = dataclasses.replace(base, seq_len=seq_len, cp=cp, dp_shard=-1)
+        if context_parallel_problem(cp, seq_len, base.attn_type, "headtail", base.tp, False):
+            continue
+        peaks[cp] = layout.peak(gpus, base.micro_batch)
+        if peaks[cp] <= budget:
+            return LongSequenceAdvice(layout, gpus, gpu_memory_bytes, peaks)
+    largest = max(peaks) if peaks else 1
+    raise ValueError(
+        f"{config} at seq {seq_len} does not fit {gpus} GPUs of {gpu_memory_bytes / GIB:.1f} GiB at its micro-batch "
+        f"{base.micro_batch}: at cp {largest} it peaks at {peaks.get(largest, float('nan')) / GIB:.1f} GiB, over the "
+        f"{budget / GIB:.1f} GiB usable; use more GPUs, or a smaller --training.local_batch_size"
     )

@@ -1,6 +1,7 @@
 """Peak memory of one GPU of a layout: what a training step holds at its highest, in closed form.
 
-Per GPU (bytes; ``P`` = parameters of the rank's stage, ``T = b·s``, ``L = ceil(n_layers/pp)``):
+Per GPU (bytes; ``P`` = parameters of the rank's stage, ``T = b·s/cp`` the tokens of a rank, ``L =
+ceil(n_layers/pp)``; ``dp`` below is FSDP's degree, ``dp_shard × cp`` under context parallelism):
 
 ==================  ============================================================================
 states              ``16·P / (tp·dp)``: fp32 master weights, fp32 grads, Adam m and v, sharded by
@@ -28,6 +29,12 @@ activations         ``(L · in_flight · a_keep + a_layer) · ACTIVATION_CALIBRA
 a_layer             ``2·T·(Σ GEMM inputs + 4·heads_local·head_dim + 4·d_res + 2·f_local) + 4·T·heads_local``
                     (bf16 GEMM inputs, q/k/v/out of flash attention, norm and residual inputs,
                     gate/up for the product; fp32 log-sum-exp)
+context parallel    ``a_layer`` adds the window's gathered keys and values, ``2·dtype·b·s·kv``
+                    (``kv``: ``comm_volume.attention_kv_width``), the ring's fp32 dK|dV accumulators and
+                    the buffer they rotate through (``2 · 4·2·T·kv``), or under a boolean mask its
+                    rows ``b·(s/cp)·s`` (1 byte) and the kernel's additive copy of them in the compute
+                    dtype; ``a_keep`` adds the gathered keys and values where the compiled low-rank AC
+                    keeps the collectives' outputs, and all of ``a_layer``'s where no AC does
 logits              ``3 · 4·T·V/tp · ACTIVATION_CALIBRATION`` (fp32 logits, their grad, softmax) on
                     the last stage
 workspace           ``1 GiB`` outside the caching allocator (CUDA context, NCCL buffers)
@@ -57,8 +64,9 @@ from __future__ import annotations
 
 import math
 
+from boost.planning.comm_volume import attention_kv_width
 from boost.planning.perf_model.step_time import args_params, block_gemms, model_args
-from boost.training.rules import AC_MODES, SCHEMES
+from boost.training.rules import AC_MODES, SCHEMES, context_parallel_path
 
 GIB = 2**30
 WORKSPACE_BYTES = GIB
@@ -96,6 +104,9 @@ def memory_per_gpu(
     compiled: bool = False,
     rank: int | None = None,
     reshard_after_forward: bool = True,
+    cp: int = 1,
+    attn_type: str = "sdpa",
+    attn_mask_type: str = "causal",
     breakdown: bool = False,
 ) -> float | dict[str, float]:
     """Peak bytes on one GPU (module docstring's formulas). ``dp`` is the FSDP degree; ``dtype_bytes``
@@ -106,11 +117,13 @@ def memory_per_gpu(
     FSDP's (``boost.training.rules.reshards_after_forward``: False keeps the gathered weights of every
     layer from its forward to its backward). ``breakdown=True``: the
     terms (``states``, ``unsharded``, ``activations``, ``logits``, ``workspace``) and their sum under
-    ``"total"``."""
+    ``"total"``. ``cp``: the context-parallel degree (a rank holds ``s/cp`` of each window, FSDP shards over
+    ``dp·cp``), with the attention's ``attn_type`` and ``attn_mask_type`` (what CP gathers)."""
     if ac not in AC_MODES:
         raise ValueError(f"unknown activation_checkpoint {ac!r}; choose one of {AC_MODES}")
     args = model_args(flavor, scheme, vocab_size, linear, rank)
-    T = micro_batch * seq_len
+    T = micro_batch * seq_len // cp
+    dp = dp * cp  # FSDP's mesh: dp_shard × cp
     layers = math.ceil(args.n_layers / pp)
     params = args_params(args)
     layer_params = (params - 2 * args.dim * vocab_size) / args.n_layers
@@ -149,6 +162,18 @@ def memory_per_gpu(
     }[ac]
     if compiled and ac != "none":
         a_keep += dtype_bytes * T * heads * args.head_dim + 4 * T * heads  # attention output and log-sum-exp
+    if cp > 1 or attn_mask_type == "block_causal":
+        kv = attention_kv_width(args, scheme, tp, attn_type)
+        gathered = 2 * dtype_bytes * micro_batch * seq_len * kv if cp > 1 else 0  # the window's K|V
+        dense_mask = attn_type == "sdpa" and attn_mask_type == "block_causal"
+        mask_rows = (1 + dtype_bytes) * micro_batch * T * seq_len if dense_mask else 0  # bool, additive copy
+        ring = context_parallel_path(attn_type, attn_mask_type) == "ring" and cp > 1
+        accumulators = 2 * 4 * 2 * T * kv if ring else 0  # fp32 dK|dV and the buffer they rotate through
+        a_layer += gathered + mask_rows + accumulators
+        if ac == "none":
+            a_keep += gathered + mask_rows
+        elif ac == "lowrank" and compiled:
+            a_keep += gathered  # the collectives' outputs are kept (activation_checkpoint.KEPT_COLLECTIVES)
     in_flight = min(num_microbatches, pp)
     parts = {
         "states": 16 * params_stage / (tp * dp),

@@ -10,13 +10,22 @@ GEMM (M, K, N)      ``max(2MKN / (peak·η(AI)), bytes / (HBM·η_mem)) + t_kern
                     GEMM and its two backward GEMMs; ``AI = 2MKN / bytes``,
                     ``η(AI) = η_max · AI / (AI + AI_half)``: skinny d×r GEMMs have low AI and run
                     further from peak — no per-scheme factor
-attention (flash)   ``4·T·s·heads_local·head_dim · ½ (causal) · (1 fwd + 2.5 bwd) / (peak·η_attn)``
+attention (flash)   ``4·T·s·heads_local·head_dim · ½ (causal) · (1 fwd + 2.5 bwd) / (peak·η_attn)``;
+                    ``T = b·s/cp`` a context-parallel rank's queries over the window's keys (a
+                    balanced share of the triangle); SDPA under block_causal computes every score of
+                    its dense mask (× 2), FlexAttention and varlen at most the triangle
 elementwise         bytes of norms, residual adds, RoPE, SwiGLU/σ, loss ``/ (HBM·η_mem)``
 collectives         ``count·latency + ring·elements·dtype / bus_bw``; ring = 2(t-1)/t (all-reduce),
                     (t-1)/t (all-gather, reduce-scatter); counts and elements from
                     ``boost.planning.comm_volume.per_layer``; TP collectives are on the critical path
 pipeline (1F1B)     ``(m + p - 1) · t_stage``, i.e. a bubble of ``(p-1)/(m+p-1)``; a stage sends the
                     residual on (``TPScheme.residual_shape``) and receives its gradient at ``bus_bw``
+context parallel    the attention's collectives of ``comm_volume.context_parallel_layer`` over the
+                    ``cp`` group (NVLink while ``tp·cp`` fits a node), on the critical path; torch's
+                    ring runs ``cp`` kernels a direction and merges their float32 partial outputs
+                    (``cp·t_kernel`` and ``cp · 6 / 9`` passes over ``4·T·heads_local·head_dim`` bytes,
+                    forward / backward); FSDP and Adam over ``dp·cp`` (torchtitan's FSDP mesh is
+                    ``dp_shard × cp``)
 recompute           ``full``: the block's forward again, collectives included;
                     ``lowrank``: the forward compute again, no collective (DESIGN §4)
 optimizer           Adam over the rank's parameter shard, memory-bound (28 B/param)
@@ -41,10 +50,17 @@ from __future__ import annotations
 
 import math
 
-from boost.planning.comm_volume import per_layer
+from boost.planning.comm_volume import context_parallel_layer, per_layer
 from boost.planning.perf_model.hardware import Hardware, get_hardware
 from boost.training.model.args import ModelArgs, crossing_params, matmul_params
-from boost.training.rules import AC_MODES, KINDS, SCHEMES, TP_SCHEMES, most_balanced_factor_pair
+from boost.training.rules import (
+    AC_MODES,
+    KINDS,
+    SCHEMES,
+    TP_SCHEMES,
+    context_parallel_path,
+    most_balanced_factor_pair,
+)
 
 
 def model_args(
@@ -163,7 +179,13 @@ def collective_time(
     if tp <= 1:
         return 0.0
     bw = bus_bw or hw.bus_bw
-    ring = {"all_reduce": 2 * (tp - 1) / tp, "all_gather": (tp - 1) / tp, "reduce_scatter": (tp - 1) / tp}
+    # an all-to-all's elements are what one rank sends (torch's ring passes its whole buffer on)
+    ring = {
+        "all_reduce": 2 * (tp - 1) / tp,
+        "all_gather": (tp - 1) / tp,
+        "reduce_scatter": (tp - 1) / tp,
+        "all_to_all": 1.0,
+    }
     return sum(
         count * hw.latency + ring[kind] * elements * dtype_bytes / bw
         for kind, (count, elements) in volume.items()
@@ -200,11 +222,20 @@ def _elementwise_bytes(
 
 
 def attention_time(
-    args: ModelArgs, scheme: str, tp: int, micro_batch: int, seq_len: int, hw: Hardware
+    args: ModelArgs,
+    scheme: str,
+    tp: int,
+    micro_batch: int,
+    seq_len: int,
+    hw: Hardware,
+    cp: int = 1,
+    dense_mask: bool = False,
 ) -> tuple[float, float]:
-    """Causal flash attention, fwd and bwd (bwd = 2.5× fwd FLOPs: it recomputes the scores)."""
+    """Causal flash attention, fwd and bwd (bwd = 2.5× fwd FLOPs: it recomputes the scores): a CP rank's
+    ``s/cp`` queries over the window's ``s`` keys; ``dense_mask``: every score computed (SDPA under a
+    boolean mask skips none), else the causal half."""
     heads = SCHEMES[scheme].local(args.n_heads, tp)  # vanilla: q/k/v replicated
-    fwd = 4.0 * micro_batch * seq_len * seq_len * heads * args.head_dim * 0.5
+    fwd = 4.0 * micro_batch * (seq_len // cp) * seq_len * heads * args.head_dim * (1.0 if dense_mask else 0.5)
     rate = hw.peak_flops * hw.eta_attn
     return fwd / rate, 2.5 * fwd / rate
 
@@ -220,15 +251,28 @@ def layer_times(
     norm: str = "online",
     dtype_bytes: int = 2,
     sequence_parallel: bool = False,
+    cp: int = 1,
+    attn_type: str = "sdpa",
+    attn_mask_type: str = "causal",
 ) -> dict[str, float]:
-    """Seconds of one block for one micro-batch on one rank, by component and direction."""
-    T = micro_batch * seq_len
+    """Seconds of one block for one micro-batch on one rank, by component and direction (``cp``: the
+    rank's share ``s/cp`` of each window)."""
+    T = micro_batch * seq_len // cp
     g_fwd, g_bwd = _gemm_fwd_bwd(block_gemms(args, scheme, tp, T), hw, dtype_bytes)
-    a_fwd, a_bwd = attention_time(args, scheme, tp, micro_batch, seq_len, hw)
+    dense = attn_type == "sdpa" and attn_mask_type == "block_causal"  # a boolean mask: no score skipped
+    a_fwd, a_bwd = attention_time(args, scheme, tp, micro_batch, seq_len, hw, cp, dense)
     e_fwd, e_bwd = (
         b / (hw.mem_bw * hw.eta_mem) for b in _elementwise_bytes(args, scheme, tp, T, norm, dtype_bytes)
     )
     vol = per_layer(args, scheme, T, norm=norm, sequence_parallel=sequence_parallel)
+    cp_vol = context_parallel_layer(args, scheme, tp, micro_batch, seq_len, cp, attn_type, attn_mask_type)
+    cp_bw = hw.bus_bw if tp * cp <= hw.gpus_per_node else hw.inter_bw
+    if cp > 1 and context_parallel_path(attn_type, attn_mask_type) == "ring":
+        # torch's ring: a kernel per step, its partial output and log-sum-exp merged in float32 (forward),
+        # its dq, dk, dv accumulated in float32 (backward)
+        out = 4 * T * SCHEMES[scheme].local(args.n_heads, tp) * args.head_dim
+        a_fwd += cp * (hw.t_kernel + 6 * out / (hw.mem_bw * hw.eta_mem))
+        a_bwd += cp * (hw.t_kernel + 9 * out / (hw.mem_bw * hw.eta_mem))
     return {
         "gemm_fwd": g_fwd,
         "gemm_bwd": g_bwd,
@@ -238,6 +282,8 @@ def layer_times(
         "elem_bwd": e_bwd,
         "comm_fwd": collective_time(vol["forward"], tp, hw, dtype_bytes),
         "comm_bwd": collective_time(vol["backward"], tp, hw, dtype_bytes),
+        "cp_fwd": collective_time(cp_vol["forward"], cp, hw, dtype_bytes, cp_bw),
+        "cp_bwd": collective_time(cp_vol["backward"], cp, hw, dtype_bytes, cp_bw),
     }
 
 
@@ -264,11 +310,16 @@ def predict_step_time(
     linear: str = "cola",
     norm: str = "online",
     sequence_parallel: bool = False,
+    cp: int = 1,
+    attn_type: str = "sdpa",
+    attn_mask_type: str = "causal",
     breakdown: bool = False,
 ) -> float | dict[str, float]:
     """Seconds per optimizer step (``breakdown=True``: the components, their sum under ``"total"``).
 
-    ``num_microbatches`` defaults to the paper convention ``max(1, pp - 1)`` (module docstring).
+    ``num_microbatches`` defaults to the paper convention ``max(1, pp - 1)`` (module docstring); ``dp``
+    is the data-parallel degree (the batches a step reads), ``cp`` the context-parallel one (each of those
+    batches' windows over ``cp`` ranks: ``tp·pp·dp·cp`` GPUs).
     """
     hw = get_hardware(hardware)
     if activation_checkpoint not in AC_MODES:
@@ -285,33 +336,38 @@ def predict_step_time(
         norm=norm,
         dtype_bytes=dtype_bytes,
         sequence_parallel=sequence_parallel,
+        cp=cp,
+        attn_type=attn_type,
+        attn_mask_type=attn_mask_type,
     )
     fwd = lt["gemm_fwd"] + lt["attn_fwd"] + lt["elem_fwd"]
-    layer = (
-        hw.t_layer + fwd + lt["gemm_bwd"] + lt["attn_bwd"] + lt["elem_bwd"] + lt["comm_fwd"] + lt["comm_bwd"]
-    )
-    recompute = {"none": 0.0, "full": fwd + lt["comm_fwd"], "lowrank": fwd}[activation_checkpoint]
+    comm = lt["comm_fwd"] + lt["comm_bwd"] + lt["cp_fwd"] + lt["cp_bwd"]
+    layer = hw.t_layer + fwd + lt["gemm_bwd"] + lt["attn_bwd"] + lt["elem_bwd"] + comm
+    recompute = {"none": 0.0, "full": fwd + lt["comm_fwd"] + lt["cp_fwd"], "lowrank": fwd}[
+        activation_checkpoint
+    ]
     layers_per_stage = math.ceil(args.n_layers / pp)
-    T = micro_batch * seq_len
+    T = micro_batch * seq_len // cp
     head = _head_time(args, tp, T, hw, dtype_bytes)
     # the residual crosses each stage boundary as the scheme leaves it on a rank, and its gradient back
-    residual = SCHEMES[scheme].residual_shape(micro_batch, seq_len, args.dim, tp, sequence_parallel)
+    residual = SCHEMES[scheme].residual_shape(micro_batch, seq_len // cp, args.dim, tp, sequence_parallel)
     crossing = math.prod(residual)
     if KINDS[args.linear].latent_crossing:  # LaX's carried latents cross beside it, whole on a rank
-        crossing += micro_batch * seq_len * 7 * args.rank
+        crossing += micro_batch * (seq_len // cp) * 7 * args.rank
     p2p = 2 * crossing * dtype_bytes / hw.bus_bw if pp > 1 else 0.0
     # 1F1B runs at the pace of the slowest stage: the last one, which also holds the LM head and loss
     stage = layers_per_stage * (layer + recompute) + p2p + head
     pipeline = (m + pp - 1) * stage
     # Adam over this rank's shard of the parameters and fp32 states: ~28 B/param read + written
-    params = args_params(args) / (tp * pp * dp)
+    shards = dp * cp  # FSDP's mesh: dp_shard × cp
+    params = args_params(args) / (tp * pp * shards)
     optimizer = params * 28 / (hw.mem_bw * hw.eta_hbm)
-    # FSDP: all-gather params (fwd, bwd) and reduce-scatter grads across dp, overlapped with compute;
+    # FSDP: all-gather params (fwd, bwd) and reduce-scatter grads across dp × cp, overlapped with compute;
     # only the excess shows
     fsdp = 0.0
-    if dp > 1:
-        bw = hw.inter_bw if tp * pp * dp > hw.gpus_per_node else hw.bus_bw
-        fsdp = 3 * (dp - 1) / dp * args_params(args) / (tp * pp) * dtype_bytes / bw
+    if shards > 1:
+        bw = hw.inter_bw if tp * pp * shards > hw.gpus_per_node else hw.bus_bw
+        fsdp = 3 * (shards - 1) / shards * args_params(args) / (tp * pp) * dtype_bytes / bw
     exposed_fsdp = max(0.0, fsdp - pipeline)
     total = pipeline + optimizer + exposed_fsdp
     if not breakdown:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
+import re
 import sysconfig
 from pathlib import Path
 
@@ -68,3 +69,23 @@ def read_stdlib_file(relative_path: str) -> str:
 def stdlib_texts(split: str) -> list[str]:
     """Every document of the ``split``, one per source file, in :func:`stdlib_files` order."""
     return [read_stdlib_file(p) for p in stdlib_files(split)]
+
+
+def stdlib_paragraphs(split: str, count: int, min_chars: int = 40, max_chars: int = 400) -> list[str]:
+    """The first ``count`` paragraphs (blocks between blank lines) of ``min_chars``-``max_chars`` characters of
+    the ``split``'s files, in :func:`stdlib_files` order: short documents, several to a training window, where
+    a document mask (``boost.attn_mask_type = "block_causal"``) changes what a token attends to.
+
+    Example::
+
+        >>> docs = stdlib_paragraphs("validation", 3)
+        >>> len(docs), all(40 <= len(d) <= 400 for d in docs)
+        (3, True)
+    """
+    paragraphs: list[str] = []
+    for path in stdlib_files(split):
+        text = read_stdlib_file(path)
+        paragraphs += [p for p in re.split(r"\n\s*\n", text) if min_chars <= len(p) <= max_chars]
+        if len(paragraphs) >= count:
+            break
+    return paragraphs[:count]

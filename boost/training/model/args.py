@@ -76,6 +76,10 @@ class ModelArgs:
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     max_seq_len: int = 2048
+    # The attention kernel and mask, as torchtitan's llama3 names them (boost.training.rules.ATTENTION_KINDS;
+    # checked where the model builds its attention, boost.training.model.attention).
+    attn_type: str = "sdpa"
+    attn_mask_type: str = "causal"
 
     linear: str = "cola"
     rank: int = 64

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from boost.training.model.args import ModelArgs
+from boost.training.model.attention import attend, make_attention
 from boost.training.model.kv_cache import KVCache
 from boost.training.model.linears import RMSNorm, init_projection, make_grouped, make_projection
 from boost.training.model.seeded_init import SeededPart, fill_seeded
@@ -22,41 +23,28 @@ def rope_cache(head_dim: int, seq_len: int, theta: float) -> torch.Tensor:
     (the Meta/torchtitan convention; ``boost.after_training.interop`` converts Hugging Face's half-split one)."""
     freqs = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim))
     angles = torch.outer(torch.arange(seq_len, dtype=torch.float64), freqs)
-    return torch.stack([angles.cos(), angles.sin()], dim=-1).float()
+    # float32, or float64 where that is the default dtype (a float64 model rotates with float64 angles)
+    return torch.stack([angles.cos(), angles.sin()], dim=-1).to(
+        torch.promote_types(torch.get_default_dtype(), torch.float32)
+    )
 
 
 def apply_rope(x: torch.Tensor, cache: torch.Tensor) -> torch.Tensor:
-    # x: (bs, seqlen, n_local_heads, head_dim)
+    # x: (bs, seqlen, n_local_heads, head_dim); cache: the table from x's first position, or
+    # (bs, seqlen, head_dim // 2, 2) the table at each token's own position
     seqlen = x.shape[1]
     pairs = x.unflatten(-1, (-1, 2))
-    cos = cache[:seqlen, None, :, 0].to(x.dtype)
-    sin = cache[:seqlen, None, :, 1].to(x.dtype)
+    cos = cache[..., :seqlen, None, :, 0].to(x.dtype)
+    sin = cache[..., :seqlen, None, :, 1].to(x.dtype)
     even, odd = pairs[..., 0], pairs[..., 1]
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
-
-
-def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    # (bs, seqlen, n_local_heads, head_dim) in, (bs, seqlen, n_local_heads * head_dim) out.
-    # k/v may be longer than q (cached past positions): the queries are then the last ones.
-    n_rep = q.shape[2] // k.shape[2]
-    if n_rep > 1:
-        k = k.repeat_interleave(n_rep, dim=2)
-        v = v.repeat_interleave(n_rep, dim=2)
-    q_len, k_len = q.shape[1], k.shape[1]
-    mask, causal = None, q_len == k_len
-    if 1 < q_len < k_len:
-        # SDPA's is_causal aligns the triangle top-left; queries after a cached past need it bottom-right.
-        mask = torch.ones(q_len, k_len, dtype=torch.bool, device=q.device).tril(k_len - q_len)
-    out = F.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask, is_causal=causal
-    )
-    return out.transpose(1, 2).flatten(2)
 
 
 class Attention(nn.Module):
     def __init__(self, args: ModelArgs, crossing: bool = False):
         super().__init__()
         self.head_dim = args.head_dim
+        self.inner_attention = make_attention(args.attn_type, args.attn_mask_type)  # the kernel, no weights
         q_dim, kv_dim = args.n_heads * args.head_dim, args.kv_heads * args.head_dim
         if args.grouped:
             outs = [("q", q_dim), ("k", kv_dim), ("v", kv_dim)]
@@ -74,6 +62,7 @@ class Attention(nn.Module):
         carry: dict,
         cache: KVCache | None = None,
         layer_id: int = 0,
+        attention_masks=None,
     ) -> torch.Tensor:
         # rope starts at this call's first position (the Transformer slices it past a cache).
         if hasattr(self, "wqkv"):
@@ -85,7 +74,7 @@ class Attention(nn.Module):
         v = v.unflatten(-1, (-1, self.head_dim))
         if cache is not None:
             k, v = cache.append(layer_id, k, v)
-        return _call(self.wo, causal_attention(q, k, v), carry, "o")
+        return _call(self.wo, attend(self.inner_attention, q, k, v, attention_masks), carry, "o")
 
 
 class FeedForward(nn.Module):
@@ -132,7 +121,12 @@ class TransformerBlock(nn.Module):
         self.ffn_norm = None if args.grouped else RMSNorm(args.dim, args.norm_eps)
 
     def forward(
-        self, x: torch.Tensor, rope: torch.Tensor, carry: dict | None = None, cache: KVCache | None = None
+        self,
+        x: torch.Tensor,
+        rope: torch.Tensor,
+        carry: dict | None = None,
+        cache: KVCache | None = None,
+        attention_masks=None,
     ):
         lax = carry is not None
         carry = dict(carry or {})
@@ -143,6 +137,7 @@ class TransformerBlock(nn.Module):
             carry,
             cache=cache,
             layer_id=self.layer_id,
+            attention_masks=attention_masks,
         )
         out = h + self.feed_forward(self.ffn_norm(h) if self.ffn_norm else h, carry)
         return (out, carry) if lax else out
@@ -199,7 +194,8 @@ class Transformer(nn.Module):
             prefix = f"layers.{layer.layer_id}."
             for sub in ("attention", "feed_forward"):
                 for name, module in getattr(layer, sub).named_children():
-                    init_projection(module, f"{prefix}{sub}.", name, seed)
+                    if name != "inner_attention":  # the attention kernel holds no weights
+                        init_projection(module, f"{prefix}{sub}.", name, seed)
             for norm in (layer.attention_norm, layer.ffn_norm):
                 if norm is not None:
                     norm.reset_parameters()
@@ -210,10 +206,18 @@ class Transformer(nn.Module):
             fill_seeded(w, SeededPart("output", tuple(w.shape), args.dim**-0.5), seed)
 
     def forward(
-        self, tokens: torch.Tensor, *carried: torch.Tensor, cache: KVCache | None = None
+        self,
+        tokens: torch.Tensor,
+        *carried: torch.Tensor,
+        cache: KVCache | None = None,
+        attention_masks=None,
+        positions: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, ...]:
         """Logits of ``tokens``; with a ``KVCache``, ``tokens`` continue the cached positions
-        (incremental decoding: only the new positions are computed).
+        (incremental decoding: only the new positions are computed). ``attention_masks``: what the
+        attention kernel takes (``boost.training.model.attention``; ``None`` for causal SDPA).
+        ``positions`` ``[bs, seqlen]``: each token's position in its window, where the tokens are not
+        the window in order (a context-parallel shard, torchtitan's ``positions``).
 
         A part of the model (a pipeline stage: the embedding or the head ``None``) takes and returns the
         residual stream instead; under LaX it also takes the latents the blocks before it carried
@@ -222,14 +226,15 @@ class Transformer(nn.Module):
         # Pipeline stages may have dropped the embedding / head: pass through what arrives.
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         rope = self.rope if cache is None else self.rope[cache.begin(tokens.shape[1]) :]
+        rope = rope if positions is None else self.rope[positions]
         # LaX's crossing latent is per position, so it runs on the new positions alone: no cache.
         lax = KINDS[self.model_args.linear].latent_crossing
         carry = dict(zip(carry_keys(self.model_args), carried, strict=True)) if lax and carried else {}
         for layer in self.layers.values():
             if not lax:
-                h = layer(h, rope, cache=cache)
+                h = layer(h, rope, cache=cache, attention_masks=attention_masks)
             else:
-                h, carry = layer(h, rope, carry, cache=cache)
+                h, carry = layer(h, rope, carry, cache=cache, attention_masks=attention_masks)
         if cache is not None:
             cache.end(tokens.shape[1])
         if lax and self.output is None:  # a part before the head: the next part continues the carry

@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 
 import torch
+import torch.nn.attention.varlen  # noqa: F401  (registers torch.ops.torch_attn._varlen_attn)
 from torch import nn
 from torch.distributed.algorithms._checkpoint.checkpoint_wrapper import checkpoint_wrapper
 from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
@@ -52,6 +53,9 @@ KEPT_ATTENTION = frozenset(
         _aten._scaled_dot_product_flash_attention.default,
         _aten._scaled_dot_product_efficient_attention.default,
         _aten._scaled_dot_product_cudnn_attention.default,
+        # FlexAttention and varlen (boost.attn_type), as torchtitan's selective AC keeps them
+        torch._higher_order_ops.flex_attention,
+        torch.ops.torch_attn._varlen_attn.default,
     }
 )
 

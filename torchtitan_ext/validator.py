@@ -1,0 +1,97 @@
+"""torchtitan's ``Validator`` for BOOST's model: the trainer's batch preparation, and under context parallelism
+the token count of the whole window.
+
+torchtitan 0.2.2's ``Validator.validate`` counts the valid tokens of a batch after its CP sharding, a rank's
+share of the window, and then sums the ranks' losses over the ``loss`` mesh (data-parallel × CP): it reports
+``cp`` times the loss (2× at cp 2, measured). Its trainer counts before the sharding. It also builds, under CP,
+a ``context_parallel`` context from the model's ``freqs_cis`` that it never enters (BOOST's model has no
+``freqs_cis``: RoPE takes torchtitan's ``positions``). ``BoostValidator.validate`` is torchtitan's, with the
+count taken before the sharding, as the trainer takes it, and without that context.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torchtitan.components.loss import IGNORE_INDEX
+from torchtitan.components.validate import Validator
+from torchtitan.distributed import utils as dist_utils
+from torchtitan.tools import utils
+
+from torchtitan_ext.infra.context_parallel import prepare_batch
+
+
+class BoostValidator(Validator):
+    def post_dataloading_process(self, input_dict, labels, model_parts):
+        """The trainer's (``context_parallel.prepare_batch``): every kernel's masks, and under CP this rank's
+        share of the sequence with the SDPA mask's rows."""
+        dims = self.parallel_dims
+        return prepare_batch(
+            model_parts[0],
+            self.tokenizer,
+            input_dict,
+            labels,
+            dims.get_mesh("cp") if dims.cp_enabled else None,
+            self.job_config.parallelism.context_parallel_load_balancer,
+        )
+
+    @torch.no_grad()
+    def validate(self, model_parts: list[nn.Module], step: int) -> None:
+        """torchtitan 0.2.2's ``Validator.validate``, with the valid tokens counted before the CP sharding."""
+        for model in model_parts:
+            model.eval()
+        parallel_dims = self.parallel_dims
+        accumulated_losses = []
+        device_type = utils.device_type
+        num_steps = 0
+        for input_dict, labels in self.validation_dataloader:
+            if self.job_config.validation.steps != -1 and num_steps >= self.job_config.validation.steps:
+                break
+            self.metrics_processor.ntokens_since_last_log += labels.numel()
+            for k, v in input_dict.items():
+                input_dict[k] = v.to(device_type)
+            labels = labels.to(device_type)
+            # the whole window's tokens, as the trainer counts them (torchtitan counts a CP rank's share)
+            local_valid_tokens = (labels != IGNORE_INDEX).sum()
+            inputs, labels, extra_inputs, extra_kwargs = self.post_dataloading_process(
+                input_dict, labels, model_parts
+            )
+            if parallel_dims.dp_enabled:
+                global_valid_tokens = dist_utils.dist_sum(
+                    local_valid_tokens, parallel_dims.get_mesh("batch"), None
+                )
+            else:
+                global_valid_tokens = local_valid_tokens.float()
+
+            if parallel_dims.pp_enabled:
+                with self.validation_context():
+                    targets, losses = (labels, []) if self.pp_has_last_stage else (None, None)
+                    if self.pp_has_first_stage:
+                        self.pp_schedule.eval(
+                            inputs, **extra_inputs, **extra_kwargs, target=targets, losses=losses
+                        )
+                    else:
+                        self.pp_schedule.eval(**extra_kwargs, target=targets, losses=losses)
+                loss_sum = (
+                    torch.sum(torch.stack(losses)).to(device_type)
+                    if self.pp_has_last_stage
+                    else torch.tensor([-1.0], device=device_type)
+                )
+            else:
+                with self.validation_context():
+                    assert len(model_parts) == 1
+                    with self.maybe_enable_amp:
+                        predictions = model_parts[0](inputs, **extra_inputs, **extra_kwargs)
+                        loss_sum = self.loss_fn(predictions, labels)
+            accumulated_losses.append(loss_sum.detach() / global_valid_tokens)
+            num_steps += 1
+
+        loss = torch.sum(torch.stack(accumulated_losses))
+        loss /= num_steps
+        if parallel_dims.dp_cp_enabled:
+            global_avg_loss = dist_utils.dist_sum(loss, parallel_dims.get_optional_mesh("loss"))
+        else:
+            global_avg_loss = loss.item()
+        self.metrics_processor.log_validation(loss=global_avg_loss, step=step)
+        for model in model_parts:
+            model.train()
