@@ -54,7 +54,7 @@ Context parallelism (``torchtitan_ext.infra.context_parallel``), ``torch.distrib
 (the path torchtitan imports it by; torch's CP has no public API beyond ``context_parallel``, whose buffer
 sharding torchtitan 0.2.2 no longer uses):
 
-- ``_templated_ring_attention`` / ``_context_parallel._attention._templated_ring_attention_backward`` and
+- ``_templated_ring_attention`` and the ``_templated_ring_attention_backward`` of its module, and
   ``DTensor._op_dispatcher._custom_op_handlers`` (``ring_attention_on_cpu_kernel``): torch's ring attention,
   registered for the CPU's SDPA kernel (``aten._scaled_dot_product_flash_attention_for_cpu`` and its
   backward). torch routes the GPU's flash, efficient and cuDNN kernels to the ring and has no rule for the
@@ -73,6 +73,7 @@ sharding torchtitan 0.2.2 no longer uses):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -396,9 +397,11 @@ def _ring_on_cpu_kernel(op_call, args: tuple, kwargs: dict):
     """DTensor's handler of the CPU SDPA kernel and its backward on sequence-sharded DTensors: torch's ring."""
     from torch.distributed.tensor import DTensor
     from torch.distributed.tensor.experimental._attention import _templated_ring_attention
-    from torch.distributed.tensor.experimental._context_parallel._attention import (
-        _templated_ring_attention_backward,
-    )
+
+    # the backward lives beside the forward, wherever a torch of the range keeps them
+    _templated_ring_attention_backward = sys.modules[_templated_ring_attention.__module__].__dict__[
+        "_templated_ring_attention_backward"
+    ]
 
     sharded = next(a for a in args if isinstance(a, DTensor))
     mesh, placements = sharded.device_mesh, sharded.placements

@@ -41,6 +41,11 @@ upgrade of torchtitan knows where to look):
 - ``Trainer.train_step`` (``torchtitan_ext.train.BoostTrainer._train_step``): torchtitan's step with
   the global valid-token count kept on the device (no host sync but the log step's) and the gradient
   norm taken on local shards.
+- ``Trainer.post_dataloading_process`` and ``Validator.post_dataloading_process``
+  (``torchtitan_ext.infra.context_parallel.prepare_batch``): the masks of every attention kernel (torchtitan
+  builds them for flex and varlen only) and the SDPA mask's rows under context parallelism.
+- ``Validator.validate`` (``torchtitan_ext.validator.BoostValidator``): torchtitan's, with the valid tokens
+  counted before the context-parallel sharding (torchtitan reports ``cp`` times the loss).
 - ``torchtitan.distributed.utils.maybe_enable_amp`` and ``torchtitan.tools.utils.get_peak_flops``, the
   module attributes the trainer calls (``torchtitan_ext.start_warnings``): no autocast for a float32
   job without FSDP, and no ``lspci`` run where there is none.
