@@ -42,7 +42,11 @@ RESHARD_DEFAULT = ("--parallelism.fsdp_reshard_after_forward", "default")
 SIMPLE_FSDP = ("--boost.fsdp", "simple_fsdp", *RESHARD_DEFAULT)
 CUDAGRAPHS = "--boost.cudagraphs"  # the compiled blocks replayed as CUDA graphs (inert on a CPU)
 LAX = ("--boost.linear", "lax")  # the TOMLs' CoLA with LaX's crossing (each TOML header's lax line)
-FLEX = ("--boost.attn_type", "flex")  # FlexAttention (the preflight refuses it where torch trains it not)
+FLEX = (
+    "--boost.attn_type",
+    "flex",
+    "--boost.no-log-comm",
+)  # FlexAttention (the preflight refuses it where torch trains it not)
 BLOCK_CAUSAL = ("--boost.attn_mask_type", "block_causal")
 LONG_WINDOWS = ("--training.seq_len", "32768", "--parallelism.context_parallel_degree", "4")
 # Every run: one log line a step (the rows' tokens/s, memory, step times), no checkpoint or

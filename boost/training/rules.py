@@ -647,6 +647,11 @@ class AttentionKind:
     gqa: bool
     """It reads keys and values at their own head count (GQA, FlexAttention's ``enable_gqa``); else they are
     repeated to the query heads first (what context parallelism then moves, ``boost.planning.comm_volume``)."""
+    counts_collectives: bool = True
+    """It runs under the Python dispatch mode that counts a step's collectives (``boost.log_comm``).
+    FlexAttention's kernel is ``torch.compile``d where it is called, and torch refuses to compile under such
+    a mode (on the H100, the 1B flex row stopped at the counted step: no rule for the ``flex_attention``
+    operator, and with one, "non-infra torch dispatch mode present")."""
 
 
 MASK_TYPES = ("causal", "block_causal")
@@ -660,7 +665,14 @@ ATTENTION_KINDS: dict[str, AttentionKind] = {
         # SDPA: causal through is_causal (flash kernels, torch's ring under CP); block_causal through a
         # boolean [b, 1, s, s] mask (BOOST's: torchtitan's SDPA ignores the mask type)
         AttentionKind("sdpa", masks=MASK_TYPES, context_parallel=True, pipelines=True, gqa=False),
-        AttentionKind("flex", masks=MASK_TYPES, context_parallel=True, pipelines=True, gqa=True),
+        AttentionKind(
+            "flex",
+            masks=MASK_TYPES,
+            context_parallel=True,
+            pipelines=True,
+            gqa=True,
+            counts_collectives=False,
+        ),
         # torch's varlen_attn over the packed documents: block_causal only, as torchtitan's
         AttentionKind("varlen", masks=("block_causal",), context_parallel=False, pipelines=False, gqa=False),
     )
@@ -686,6 +698,22 @@ def attention_kind(name: str) -> AttentionKind:
     if name not in ATTENTION_KINDS:
         raise ValueError(f"boost.attn_type = {name!r} is unknown; choose one of {ATTENTION_TYPES}")
     return ATTENTION_KINDS[name]
+
+
+def comm_count_problem(attn_type: str, log_comm: bool) -> str | None:
+    """The step's collectives are counted (``boost.log_comm``) only around kernels that run under the counter.
+
+    Example::
+
+        >>> comm_count_problem("flex", log_comm=True)[:44]
+        "FlexAttention's kernel is compiled where it"
+    """
+    if not log_comm or ATTENTION_KINDS[attn_type].counts_collectives:
+        return None
+    return (
+        "FlexAttention's kernel is compiled where it is called, which torch refuses under the dispatch mode "
+        'that counts a step\'s collectives: pass --boost.no-log-comm (or boost.attn_type = "sdpa")'
+    )
 
 
 def attention_mask_problem(attn_type: str, mask_type: str) -> str | None:

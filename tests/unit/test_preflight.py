@@ -308,6 +308,11 @@ CASES = [
     # Feature combinations
     (["--boost.attn_type", "ring"], 1, "boost.attn_type = 'ring': choose one of"),
     (
+        ["--boost.attn_type", "flex"],
+        1,
+        "boost.log_comm = True: FlexAttention's kernel is compiled where it is called",
+    ),
+    (
         ["--boost.attn_type", "varlen"],
         1,
         "boost.attn_mask_type = 'causal': varlen attends within each document of a packed window",

@@ -438,6 +438,11 @@ RULES: tuple[Rule, ...] = (
         lambda c: rules.attention_mask_problem(c.boost.attn_type, c.boost.attn_mask_type),
     ),
     Rule(
+        "boost.log_comm",
+        "false with boost.attn_type = flex (its compiled kernel runs under no dispatch mode)",
+        lambda c: rules.comm_count_problem(c.boost.attn_type, c.boost.log_comm),
+    ),
+    Rule(
         "boost.fsdp",
         "simple_fsdp: compiled model, no PP, HSDP, CPU offload or LORO, reshard policy default",
         lambda c: rules.simple_fsdp_problem(
