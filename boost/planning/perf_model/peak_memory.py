@@ -29,6 +29,9 @@ activations         ``(L · in_flight · a_keep + a_layer) · ACTIVATION_CALIBRA
 a_layer             ``2·T·(Σ GEMM inputs + 4·heads_local·head_dim + 4·d_res + 2·f_local) + 4·T·heads_local``
                     (bf16 GEMM inputs, q/k/v/out of flash attention, norm and residual inputs,
                     gate/up for the product; fp32 log-sum-exp)
+LaX                 the carried latents ``2·T·7r`` in ``a_keep`` under every AC (held from the block that
+                    makes them to the backward of the next); the H100's 7B@16 LaX
+                    rank (23.39 GiB reserved at micro-batch 4, 2026-11-27) against the model's 25.6 (+9%; CoLA's 16.19 against 17.4, +7%)
 context parallel    ``a_layer`` adds the window's gathered keys and values, ``2·dtype·b·s·kv``
                     (``kv``: ``comm_volume.attention_kv_width``), the ring's fp32 dK|dV accumulators and
                     the buffer they rotate through (``2 · 4·2·T·kv``), or under a boolean mask its
@@ -66,7 +69,7 @@ import math
 
 from boost.planning.comm_volume import attention_kv_width
 from boost.planning.perf_model.step_time import args_params, block_gemms, model_args
-from boost.training.rules import AC_MODES, SCHEMES, context_parallel_path
+from boost.training.rules import AC_MODES, KINDS, SCHEMES, context_parallel_path
 
 GIB = 2**30
 WORKSPACE_BYTES = GIB
@@ -155,11 +158,19 @@ def memory_per_gpu(
     a_layer = (
         dtype_bytes * T * (gemm_inputs + 4 * heads * args.head_dim + 4 * d_res + 2 * f_local) + 4 * T * heads
     )
+    carried = 0.0
+    if KINDS[args.linear].latent_crossing:
+        # LaX: the latents a block hands the next (7r a token, whole on every rank), held from the block
+        # that makes them to the backward of the one that reads them, whatever the AC. (The crossing's
+        # own temporaries in a layer, ~4 more r-wide tensors a projection, are left to the calibration:
+        # with them the 7B@16 rank's LaX peak came out 2.3 GiB above the H100's 23.4.)
+        carried = dtype_bytes * T * 7 * args.rank
     a_keep = {
         "none": a_layer,
         "full": dtype_bytes * T * d_res,
         "lowrank": dtype_bytes * T * (d_res + 7 * args.rank),
     }[ac]
+    a_keep += carried  # once a layer, in what every layer keeps (the live layer's is among them)
     if compiled and ac != "none":
         a_keep += dtype_bytes * T * heads * args.head_dim + 4 * T * heads  # attention output and log-sum-exp
     if cp > 1 or attn_mask_type == "block_causal":
