@@ -30,8 +30,9 @@ a_layer             ``2·T·(Σ GEMM inputs + 4·heads_local·head_dim + 4·d_re
                     (bf16 GEMM inputs, q/k/v/out of flash attention, norm and residual inputs,
                     gate/up for the product; fp32 log-sum-exp)
 LaX                 the carried latents ``2·T·7r`` in ``a_keep`` under every AC (held from the block that
-                    makes them to the backward of the next); the H100's 7B@16 LaX
-                    rank (23.39 GiB reserved at micro-batch 4, 2026-11-27) against the model's 25.6 (+9%; CoLA's 16.19 against 17.4, +7%)
+                    makes them to the backward of the next); the H100's 7B@16 LaX rank reserved 23.39 GiB
+                    at micro-batch 4 (2026-11-27) against the model's 25.6 (+9%; CoLA's 16.19 against
+                    17.4, +7%)
 context parallel    ``a_layer`` adds the window's gathered keys and values, ``2·dtype·b·s·kv``
                     (``kv``: ``comm_volume.attention_kv_width``), the ring's fp32 dK|dV accumulators and
                     the buffer they rotate through (``2 · 4·2·T·kv``), or under a boolean mask its
