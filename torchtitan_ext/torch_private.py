@@ -362,6 +362,21 @@ def step_on_local_shards(optimizer: torch.optim.Optimizer) -> None:
         )
         if any(isinstance(g, DTensor) and any(p.is_partial() for p in g.placements) for g in grads):
             return has_complex
+        if any(
+            isinstance(s, DTensor) and s.placements != p.placements
+            for state in (exp_avgs, exp_avg_sqs, max_exp_avg_sqs)
+            for p, s in zip(params, state)
+        ):
+            return has_complex
+        # a gradient may be laid out other than its parameter: the vocabulary-sharded embedding's comes back
+        # Replicate. DTensor's in-place update would bring it to the moments' (the parameter's) layout, as
+        # this does: a Replicate → Shard redistribution is a local slice, the same values, no collective
+        grads[:] = [
+            g.redistribute(p.device_mesh, p.placements)
+            if isinstance(g, DTensor) and g.placements != p.placements
+            else g
+            for p, g in zip(params, grads)
+        ]
         for tensors in (params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs):
             tensors[:] = [t._local_tensor if isinstance(t, DTensor) else t for t in tensors]
         return has_complex

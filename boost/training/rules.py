@@ -705,7 +705,7 @@ def comm_count_problem(attn_type: str, log_comm: bool) -> str | None:
 
     Example::
 
-        >>> comm_count_problem("flex", log_comm=True)[:44]
+        >>> comm_count_problem("flex", log_comm=True)[:43]
         "FlexAttention's kernel is compiled where it"
     """
     if not log_comm or ATTENTION_KINDS[attn_type].counts_collectives:

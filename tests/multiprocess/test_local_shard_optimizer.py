@@ -1,7 +1,7 @@
 """Adam(W) stepping on local shards (``torchtitan_ext.torch_private.step_on_local_shards``) against torch's own
 DTensor path: the same parameters and moments, bit for bit, over a few steps, for each implementation
-torchtitan offers (fused, foreach, for-loop), on a 2-D mesh (FSDP × TP placements), and a step whose
-gradients hold a ``Partial`` placement left to DTensor's path."""
+torchtitan offers (fused, foreach, for-loop), on a 2-D mesh (FSDP × TP placements); a step whose
+gradients hold a ``Partial`` placement left to DTensor's path; a gradient laid out other than its parameter."""
 
 from __future__ import annotations
 
@@ -74,6 +74,27 @@ def _body(rank: int, world_size: int) -> None:
     local_adam.step()
     torch_adam.step()
     torch.testing.assert_close(one.full_tensor(), reference.full_tensor(), rtol=0, atol=0)
+
+    # a gradient laid out other than its parameter (a vocabulary-sharded embedding's comes back Replicate):
+    # brought to the parameter's layout, as DTensor's in-place update does, for every implementation
+    for implementation in ("fused", "foreach", "for-loop"):
+        flags = {"fused": implementation == "fused", "foreach": implementation == "foreach"}
+        placements = [Replicate(), Shard(0)]
+        theirs, ours = (
+            [torch.nn.Parameter(distribute_tensor(torch.arange(24.0).view(8, 3), mesh, placements))]
+            for _ in range(2)
+        )
+        torch_adam = torch.optim.AdamW(theirs, lr=1e-2, **flags)
+        local_adam = torch.optim.AdamW(ours, lr=1e-2, **flags)
+        step_on_local_shards(local_adam)
+        for step in range(2):
+            full = torch.randn(8, 3, generator=torch.Generator().manual_seed(step))
+            for p in (*theirs, *ours):
+                p.grad = distribute_tensor(full, mesh, [Replicate(), Replicate()])
+            torch_adam.step()
+            local_adam.step()
+        assert ours[0].placements == tuple(placements)
+        assert torch.equal(theirs[0].to_local(), ours[0].to_local()), implementation
 
 
 @pytest.mark.slow
