@@ -3,7 +3,7 @@
 Each row runs as rank 0 of ``NGPU`` on torchtitan's fake process group (``DRY_RUN=1 ./run_train.sh``:
 one process, no communication): the real layout, pipeline stages included, the real model shard, real
 training steps. A row is a flavor's TOML (``train_configs/{flavor}.toml``: CoLA, BTP) with its kind's
-overrides (``torchtitan_ext.config.linear_kind_overrides``: svd; lax without PP; full with Megatron and
+overrides (``torchtitan_ext.config.linear_kind_overrides``: svd; lax; full with Megatron and
 full AC), as shipped except a short sequence, micro-batch 1 (``pp`` micro-batches under PP, so 1F1B
 fills), fp32 instead of bf16 (bf16 GEMMs are slow on CPU), ``--compile.backend aot_eager`` where
 compile is on, and no checkpoint or validation (a 7B checkpoint shard would be gigabytes of disk;
@@ -281,8 +281,8 @@ HEADER = """# Dry runs of the shipped flavors at their real world size (rank 0, 
 `{command}` on this machine (2 CPU cores, shared), {date}. fp32, seq {seq_len}, micro-batch 1,
 {steps} step(s); {compile_note}.
 A row is `train_configs/{{flavor}}.toml` (CoLA, BTP) with its kind's overrides
-(`torchtitan_ext.config.linear_kind_overrides`, listed under "overrides"): lax runs without PP, which
-cannot split it; full is the dense model under Megatron TP with full AC.
+(`torchtitan_ext.config.linear_kind_overrides`, listed under "overrides"): lax runs the TOML's layout, PP
+included (its carry crosses the stages); full is the dense model under Megatron TP with full AC.
 `predicted` is `boost.planning.layout_planner.memory_per_gpu` for the layout (fp32, without the GPU workspace);
 `ratio` is peak RSS / (predicted + {overhead:.1f} GiB process overhead). build+init: from the model's size
 line to "Trainer is initialized" (model on meta, parallelise, materialise, seeded init of this rank's
