@@ -13,7 +13,8 @@ Rows (``bench.gpu_rows.ROWS``, run in that order, each in its own process):
   and megatron with ``fsdp_reshard_after_forward`` "default" (the TOMLs': "never"),
   7B@16 btp at the planner's micro-batch 20, 13B@8 and 30B@16 (pipeline) for btp, 10 steps, steps 3–10
   steady (a row that fails after logging steady steps keeps their figures, marked failed);
-- kernel split: ``bench.kernel_split`` for the 1B CoLA and dense step (3 warm-up, 5 timed, 2 profiled).
+- kernel split: ``bench.kernel_split`` for the 1B CoLA, LaX (beside CoLA, after the LaX rows) and dense step
+  (3 warm-up, 5 timed, 2 profiled).
 
 Time: the rows start in seconds of CPU work each (imports, the seeded init, compilation) before a
 few seconds of steps. On the 2026-11-26 H100 (torch 2.11, 16 cores) the trainer's 1B rows reached

@@ -139,6 +139,10 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # LaX (the authors' gated, normalised crossing) against CoLA: the trainer's 1B and the 7B@16 rank
     TrainRow("trainer", "1B LaX", "1B", 1, LAX, 12, 6, 180),
     dry("7B", 16, "btp", 150, extra=LAX, label="lax"),
+    # where a LaX step's extra time goes (GEMM, fused elementwise, ...): the 1B step split by kernel kind,
+    # LaX beside CoLA on the same warm machine
+    KernelRow("1B CoLA", ("--linear", "cola"), 150),
+    KernelRow("1B LaX", ("--linear", "lax"), 150),
     TrainRow("trainer", "1B dense cudagraphs", "1B", 1, (*DENSE, CUDAGRAPHS), 12, 6, 180),
     # the TOMLs' fsdp_reshard_after_forward = "never" measured the other way, for both schemes
     dry("7B", 16, "btp", 150, extra=RESHARD_DEFAULT, label="reshard default"),
@@ -161,7 +165,6 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     dry("3B", 8, "btp", 150),
     dry("3B", 8, "vanilla", 150),
     dry("3B", 8, "megatron", 150),
-    KernelRow("1B CoLA", ("--linear", "cola"), 150),
     KernelRow("1B dense", ("--linear", "full"), 150),
     dry("13B", 8, "btp", 240),
     dry("30B", 16, "btp", 300),
