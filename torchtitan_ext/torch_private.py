@@ -346,8 +346,9 @@ def step_on_local_shards(optimizer: torch.optim.Optimizer) -> None:
     idle meanwhile (``bench/results/gpu.md``). The lists ``Adam._init_group`` fills (private, the same on
     every torch of the range) are handed over unwrapped; the state stays DTensors, so checkpoints and
     resharding see what they saw. A step whose gradients hold a ``Partial`` placement (a sum still owed
-    across ranks: not elementwise-local) keeps DTensor's path, which is exact either way. The optimizer's
-    class is swapped for a subclass, as FSDP2's ``fully_shard`` swaps a module's."""
+    across ranks: not elementwise-local) keeps DTensor's path, which is exact either way; a gradient laid
+    out other than its parameter is first brought to the parameter's layout, as DTensor's update would.
+    The optimizer's class is swapped for a subclass, as FSDP2's ``fully_shard`` swaps a module's."""
     from torch.distributed.tensor import DTensor
 
     cls = type(optimizer)
@@ -362,6 +363,8 @@ def step_on_local_shards(optimizer: torch.optim.Optimizer) -> None:
         )
         if any(isinstance(g, DTensor) and any(p.is_partial() for p in g.placements) for g in grads):
             return has_complex
+        # moments laid out other than their parameter (not seen: they are made, and loaded, as its copies)
+        # keep DTensor's path too
         if any(
             isinstance(s, DTensor) and s.placements != p.placements
             for state in (exp_avgs, exp_avg_sqs, max_exp_avg_sqs)
