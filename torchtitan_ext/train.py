@@ -33,7 +33,7 @@ from torchtitan_ext.guards.launcher_watch import end_with_launcher
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.guards.step_hold import hold_at_step
 from torchtitan_ext.infra import cudagraphs
-from torchtitan_ext.infra.context_parallel import prepare_batch
+from torchtitan_ext.infra.context_parallel import prepare_job_batch
 from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
 from torchtitan_ext.start_warnings import install as answer_start_warnings
 from torchtitan_ext.startup_clock import STARTUP
@@ -183,16 +183,11 @@ class BoostTrainer(Trainer):
         )
 
     def post_dataloading_process(self, input_dict, labels):
-        """torchtitan's, for BOOST's model (``context_parallel.prepare_batch``): the masks of every attention
+        """torchtitan's, for BOOST's model (``context_parallel.prepare_job_batch``): the masks of every attention
         kernel (torchtitan builds them for flex and varlen only), then this rank's share of the sequence."""
-        dims = self.parallel_dims
-        return prepare_batch(
-            self.model_parts[0],
-            self.tokenizer,
-            input_dict,
-            labels,
-            dims.get_mesh("cp") if dims.cp_enabled else None,
-            self.job_config.parallelism.context_parallel_load_balancer,
+        model = self.model_parts[0]
+        return prepare_job_batch(
+            model, self.tokenizer, input_dict, labels, self.parallel_dims, self.job_config
         )
 
     def _clip_grad_norm(self) -> torch.Tensor:

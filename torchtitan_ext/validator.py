@@ -18,21 +18,16 @@ from torchtitan.components.validate import Validator
 from torchtitan.distributed import utils as dist_utils
 from torchtitan.tools import utils
 
-from torchtitan_ext.infra.context_parallel import prepare_batch
+from torchtitan_ext.infra.context_parallel import prepare_job_batch
 
 
 class BoostValidator(Validator):
     def post_dataloading_process(self, input_dict, labels, model_parts):
-        """The trainer's (``context_parallel.prepare_batch``): every kernel's masks, and under CP this rank's
+        """The trainer's (``context_parallel.prepare_job_batch``): every kernel's masks, and under CP this rank's
         share of the sequence with the SDPA mask's rows."""
-        dims = self.parallel_dims
-        return prepare_batch(
-            model_parts[0],
-            self.tokenizer,
-            input_dict,
-            labels,
-            dims.get_mesh("cp") if dims.cp_enabled else None,
-            self.job_config.parallelism.context_parallel_load_balancer,
+        model = model_parts[0]
+        return prepare_job_batch(
+            model, self.tokenizer, input_dict, labels, self.parallel_dims, self.job_config
         )
 
     @torch.no_grad()

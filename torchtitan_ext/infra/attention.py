@@ -38,9 +38,8 @@ def kernel_problem(attn_type: str, device: torch.device | None = None) -> str | 
     mask_type = ATTENTION_KINDS[attn_type].masks[0]
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter(
-                "ignore"
-            )  # FlexAttention's eager warning: this probe is not a training step
+            # FlexAttention's eager warning: this probe is not a training step
+            warnings.simplefilter("ignore")
             masks = KERNELS[attn_type].masks(tokens, mask_type, eos_id=1)
             q, k, v = (
                 torch.randn(1, heads, s, head_dim, dtype=dtype, device=device, requires_grad=True)

@@ -95,6 +95,14 @@ def prepare_batch(
     return inputs, labels, extra_inputs, extra_kwargs
 
 
+def prepare_job_batch(model: nn.Module, tokenizer, input_dict, labels, parallel_dims, job_config):
+    """``prepare_batch`` with the job's CP mesh (``None`` without CP) and load balancer: the trainer's
+    ``post_dataloading_process`` and the validator's, one rule for both."""
+    cp_mesh = parallel_dims.get_mesh("cp") if parallel_dims.cp_enabled else None
+    load_balancer = job_config.parallelism.context_parallel_load_balancer
+    return prepare_batch(model, tokenizer, input_dict, labels, cp_mesh, load_balancer)
+
+
 def shard_mask_rows(mask: torch.Tensor, cp_mesh: DeviceMesh, load_balancer: str | None) -> torch.Tensor:
     """SDPA's ``[b, 1, s, s]`` mask for this rank's queries, ``[b, 1, s/cp, s]``: its rows dealt as the queries
     are (torchtitan's ``cp_shard``), its columns in the order the ranks hold the keys the attention all-gathers."""
