@@ -7,6 +7,7 @@ import torch
 
 from boost import FLAVORS, ModelArgs, Transformer, flops_per_token
 from boost.training.model.grouped_state import to_grouped, to_ungrouped
+from boost.training.model.latent_crossing import LatentCrossing
 from boost.training.model.model import FeedForward
 
 KINDS = ("full", "svd", "cola", "lax")
@@ -83,6 +84,21 @@ def test_grouped_and_ungrouped_compute_the_same_function(kind, lax_gate):
     assert back.keys() == grouped.state_dict().keys()
     for name, tensor in grouped.state_dict().items():
         assert torch.equal(back[name], tensor), name
+
+
+@pytest.mark.parametrize("gate", ["tensorized", "linear", "none"])
+def test_lax_latent_leaves_in_the_autocast_dtype(gate):
+    # Under autocast LayerNorm computes in float32; the latent (σ's input and output, the carry) must
+    # still leave in the bf16 the pre-activation came in, with float32's value rounded.
+    cross = LatentCrossing(members=2, rank=16, gate=gate)
+    cross.reset_parameters(seed=0, keys=["layers.1.feed_forward.gate", "layers.1.feed_forward.up"])
+    g = torch.Generator().manual_seed(0)
+    pre, carry = (torch.randn(2, 4, 32, generator=g).bfloat16() for _ in range(2))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        latent = cross(pre, carry)
+    assert latent.dtype == torch.bfloat16
+    reference = cross(pre.float(), carry.float())  # float32 throughout; autocast's gate GEMM is bf16
+    torch.testing.assert_close(latent.float(), reference, rtol=3e-2, atol=3e-2)
 
 
 @pytest.mark.parametrize("kind,lax_gate", [("cola", "tensorized"), ("lax", "tensorized"), ("lax", "linear")])

@@ -70,7 +70,7 @@ class LaxCrossing(nn.Module):
             carry = self.gate(previous)
         else:
             carry = previous
-        return F.silu(self.norm(pre + carry))
+        return F.silu(self.norm(pre + carry).to(pre.dtype))  # autocast's float32 norm, rounded as BOOST does
 
 
 class LowRankLinear(nn.Module):

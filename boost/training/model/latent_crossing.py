@@ -24,7 +24,13 @@ of rank ``r``, grouped q/k/v or gate/up): each member has its own norm and gate,
 ``G`` dim, so grouped and per-projection models compute the same function. Where BOOST differs from the
 authors' module: no biases on A and B (BOOST's LLaMA has none), A and B keep BOOST's (CoLA's) seeded
 initialisation, and the gate and norm draw theirs from BOOST's seeded, layout-independent init
-(``boost.training.model.seeded_init``) rather than the global generator.
+(``boost.training.model.seeded_init``) rather than the global generator. And the latent leaves in the
+pre-activation's dtype: under autocast (the trainer without FSDP: float32 parameters, bf16 compute) the
+LayerNorm computes in float32, as autocast asks, but its result is rounded to bf16 before σ, as
+torchtitan's RMSNorm hands back its input's dtype. Left in float32, σ, the carry handed to the next block
+and the tensors saved for backward were float32 too: twice the bytes of every pass over the latent
+(``bench.compiled_cost``: the 1B trainer's LaX block modeled at 1.50× a CoLA block's device time, 1.38×
+with the rounding).
 """
 
 from __future__ import annotations
@@ -103,7 +109,7 @@ class LatentCrossing(nn.Module):
         shape = (self.members, self.rank)
         t = pre.unflatten(-1, shape) + self.gated(carry.unflatten(-1, shape))
         normed = F.layer_norm(t, (self.rank,), eps=LAX_NORM_EPS) * self.norm_weight + self.norm_bias
-        return self.act(normed.flatten(-2))
+        return self.act(normed.flatten(-2).to(pre.dtype))  # the latent in the pre-activation's dtype
 
     @torch.no_grad()
     def reset_parameters(self, seed: int, keys: list[str]) -> None:

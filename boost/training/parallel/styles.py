@@ -5,7 +5,7 @@
     x     [T, d/t]    Shard(-1)   the residual stream stays sharded on the full dim
     A     [R, d/t]    Shard(1)    row-parallel down-projection: output Partial over R
     fwd   z = all_reduce(x A_iᵀ)                     one collective, R wide
-    σ, LaX crossing on the replicated latent z         (redundant, tiny: LaX's norm and gate too)
+    σ, LaX crossing on the replicated latent z         (redundant: every rank computes it whole)
     B     [d_out/t, R] Shard(0)   column-parallel up-projection: output Shard(-1), no collective
     bwd   dz = all_reduce(dy_i B_i)                  one collective, R wide
           dx_i = dz A_i,  dA_i = dzᵀ x_i,  dB_i = dy_iᵀ z      no collective
