@@ -3,13 +3,14 @@
     python -m bench.compiled_cost                                   # every row (about 20 min on 2 cores)
     python -m bench.compiled_cost --rows '1B CoLA' '1B LaX' --seq-len 1024
 
-Each row dry-runs a shipped TOML as rank 0 of ``NGPU`` (torchtitan's fake process group, one process)
-for one step, compiled as shipped, and records every graph inductor compiles: each scheduled kernel
-(a fused kernel, or a library call: GEMM, attention) with the bytes it reads and writes (inductor's own
-count, ``GraphLowering.count_bytes``) and its FLOPs. A kernel costs the larger of bytes / bandwidth and
-FLOPs / peak (the roofline), at an H100 SXM's 3.35 TB/s and 989 TFLOP/s (dense bf16). A block's time is
-its forward graph plus its backward graph, each the one with the most FLOPs (the block every layer runs,
-LaX's first excepted). Attention is charged its causal half (BOOST's attention is causal).
+Each row is the GPU report's row of that name (``bench.gpu_rows``), dry-run as rank 0 of ``NGPU``
+(torchtitan's fake process group, one process) for one step, compiled as shipped; it records every graph
+inductor compiles: each scheduled kernel (a fused kernel, or a library call: GEMM, attention) with the
+bytes it reads and writes (inductor's own count, ``GraphLowering.count_bytes``) and its FLOPs. A kernel
+costs the larger of bytes / bandwidth and FLOPs / peak (the roofline), at an H100 SXM's 3.35 TB/s and
+989 TFLOP/s (dense bf16). A block's time is its forward graph plus its backward graph, each the one with
+the most FLOPs (the block every layer runs, LaX's first excepted). Attention is charged its causal half
+(BOOST's attention is causal).
 
 What it is for: on a machine without a GPU, which of two formulations costs a device less, and where a
 block's time goes. What it is not: a GPU's time. Inductor fuses for a CPU otherwise than for a GPU, a real
@@ -29,33 +30,19 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
-from bench.gpu_rows import COMMON, DENSE, LAX, ROOT, scheme_args
+from bench import gpu_rows
+from bench.gpu_rows import ROOT, TrainRow
 
 BANDWIDTH = 3.35e12  # bytes/s, H100 SXM HBM3
 PEAK = 989e12  # FLOP/s, H100 SXM dense bf16
 
 
-@dataclass(frozen=True)
-class CostRow:
-    """A shipped TOML's dry run: ``NGPU=ngpu`` ranks, this process rank 0, with ``args`` on top."""
-
-    name: str
-    config: str
-    ngpu: int
-    args: tuple[str, ...]
-
-
-ROWS = (
-    CostRow("1B dense", "1B", 1, DENSE),
-    CostRow("1B CoLA", "1B", 1, ()),
-    CostRow("1B LaX", "1B", 1, LAX),
-    CostRow("7B@16 megatron", "7B", 16, scheme_args("7B", "megatron")),
-    CostRow("7B@16 btp", "7B", 16, ()),
-    CostRow("7B@16 btp lax", "7B", 16, LAX),
-)
+# The GPU report's rows that the goals of issues 40 and 41 read (the same configs and overrides).
+ROW_NAMES = ("1B dense", "1B CoLA", "1B LaX", "7B@16 megatron", "7B@16 btp", "7B@16 btp lax")
+ROWS = {r.name: r for r in gpu_rows.ROWS if isinstance(r, TrainRow) and r.name in ROW_NAMES}
 # The ratios the table ends with: the goals of issues 40 and 41 that a block's time speaks to.
 RATIOS = (
     ("1B LaX", "1B CoLA"),
@@ -137,32 +124,19 @@ def block_cost(graphs: list[dict]) -> dict:
     return {**total, "block_s": total["library_s"] + total["fused_s"]}
 
 
-def run_row(row: CostRow, seq_len: int, timeout_s: int) -> dict:
+def run_row(row: TrainRow, seq_len: int, timeout_s: int) -> dict:
     """Dry-run ``row`` for one step in a child process that records its graphs; the block's cost."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "graphs.jsonl"
+        run_train, row_env = replace(row, steps=1).command(tmp)
+        # what run_train.sh adds with DRY_RUN=1, in the child that records: the config, the fake group
         argv = [
-            sys.executable,
-            "-m",
-            "bench.compiled_cost",
-            "--record",
-            str(out),
-            "--job.config_file",
-            f"train_configs/{row.config}.toml",
-            "--comm.mode",
-            "fake_backend",
-            "--training.steps",
-            "1",
-            "--training.seq_len",
-            str(seq_len),
-            "--training.local_batch_size",
-            "1",
-            *COMMON,
-            "--job.dump_folder",
-            tmp,
-            *row.args,
+            *(sys.executable, "-m", "bench.compiled_cost", "--record", str(out)),
+            *("--job.config_file", row_env["CONFIG_FILE"], "--comm.mode", "fake_backend"),
+            *run_train[1:],
+            *("--training.seq_len", str(seq_len), "--training.local_batch_size", "1"),
         ]
-        env = {**os.environ, "NGPU": str(row.ngpu), "DRY_RUN": "1"}
+        env = {**os.environ, **row_env, "DRY_RUN": "1"}
         done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout_s)
         if done.returncode != 0 or not out.exists():
             raise RuntimeError(
@@ -199,20 +173,19 @@ def main(argv: list[str] | None = None) -> None:
             runpy.run_module("torchtitan_ext.start", run_name="__main__")
         return
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", nargs="+", default=[r.name for r in ROWS], help="row names (default: all)")
+    p.add_argument("--rows", nargs="+", default=list(ROW_NAMES), help="row names (default: all)")
     p.add_argument(
         "--seq-len", type=int, default=4096, help="tokens a step: one sequence (the TOMLs' length)"
     )
     p.add_argument("--timeout-s", type=int, default=900, help="a row's limit")
     p.add_argument("--json", type=Path, help="also write the rows here")
     a = p.parse_args(argv)
-    rows = {r.name: r for r in ROWS}
-    unknown = [n for n in a.rows if n not in rows]
+    unknown = [n for n in a.rows if n not in ROWS]
     if unknown:
-        p.error(f"unknown rows {unknown}; choose from {list(rows)}")
+        p.error(f"unknown rows {unknown}; choose from {list(ROW_NAMES)}")
     results = []
     for name in a.rows:
-        results.append(run_row(rows[name], a.seq_len, a.timeout_s))
+        results.append(run_row(ROWS[name], a.seq_len, a.timeout_s))
         print(f"{name}: block {results[-1]['block_s'] * 1e6:.1f} µs (modeled)", flush=True)
     if a.json:
         a.json.write_text(json.dumps(results, indent=1))
