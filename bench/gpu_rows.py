@@ -42,6 +42,8 @@ RESHARD_DEFAULT = ("--parallelism.fsdp_reshard_after_forward", "default")
 SIMPLE_FSDP = ("--boost.fsdp", "simple_fsdp", *RESHARD_DEFAULT)
 CUDAGRAPHS = "--boost.cudagraphs"  # the compiled blocks replayed as CUDA graphs (inert on a CPU)
 LAX = ("--boost.linear", "lax")  # the TOMLs' CoLA with LaX's crossing (each TOML header's lax line)
+# btp's sequence parallelism: each latent (σ, LaX's crossing) on a rank's b·s/t tokens, not whole on every rank
+SEQUENCE_PARALLEL = "--boost.sequence_parallel"
 FLEX = (
     "--boost.attn_type",
     "flex",
@@ -139,6 +141,8 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # LaX (the authors' gated, normalised crossing) against CoLA: the trainer's 1B and the 7B@16 rank
     TrainRow("trainer", "1B LaX", "1B", 1, LAX, 12, 6, 180),
     dry("7B", 16, "btp", 150, extra=LAX, label="lax"),
+    # the same with the crossing on a rank's tokens (bench.compiled_cost models it at ~1.2× CoLA's block)
+    dry("7B", 16, "btp", 150, extra=(*LAX, SEQUENCE_PARALLEL), label="lax sp"),
     # where a LaX step's extra time goes (GEMM, fused elementwise, ...): the 1B step split by kernel kind,
     # LaX beside CoLA on the same warm machine
     KernelRow("1B CoLA", ("--linear", "cola"), 150),
@@ -161,6 +165,7 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     dry(
         "7B", 16, "btp", 300, extra=(*LONG_WINDOWS, *FLEX, *BLOCK_CAUSAL), label="32k cp 4 flex block_causal"
     ),
+    dry("7B", 16, "btp", 150, extra=(SEQUENCE_PARALLEL,), label="sp"),  # CoLA's σ on a rank's tokens
     dry("7B", 16, "vanilla", 150),
     dry("3B", 8, "btp", 150),
     dry("3B", 8, "vanilla", 150),

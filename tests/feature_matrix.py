@@ -113,6 +113,7 @@ class Row:
     fsdp: str = "fully_shard"  # boost.fsdp, where FSDP wraps
     mask: str = "causal"  # boost.attn_mask_type; block_causal rows read PACKED_DOCUMENTS
     lax: bool = False  # LaX instead of CoLA (btp and vanilla rows)
+    sp: bool = False  # boost.sequence_parallel (btp: each latent on a rank's tokens)
 
     @property
     def name(self) -> str:
@@ -120,6 +121,7 @@ class Row:
         name = name if self.precision == "float32" else f"{name}-{self.precision}"
         name = name if self.mask == "causal" else f"{name}-{self.mask}"
         name = name if self.fsdp == "fully_shard" else f"{name}-{self.fsdp}"
+        name = f"{name}-sp" if self.sp else name
         return f"lax-{name}" if self.lax else name
 
     @property
@@ -139,6 +141,8 @@ class Row:
             args += ["--training.mixed_precision_param", self.precision]
         if self.fsdp != "fully_shard":
             args += ["--boost.fsdp", self.fsdp]
+        if self.sp:
+            args += ["--boost.sequence_parallel"]
         return args
 
 
@@ -200,13 +204,17 @@ SUPPORTED: list[Row] = [
     Row("btp", False, "none", "pp×cp"),
     # LaX (the authors' gated, normalised crossing) on each scheme and layout CoLA runs: its carry crosses
     # pipeline stages, its norm and gate are recomputed by low-rank AC, FSDP shards them, compile traces them
-    Row("btp", True, "lowrank", "tp", lax=True),
     Row("btp", True, "lowrank", "fsdp×tp", lax=True),
     Row("btp", False, "lowrank", "pp×tp", lax=True),
     Row("vanilla", True, "full", "tp", lax=True),
     Row("vanilla", False, "none", "fsdp×tp", lax=True),
     Row("vanilla", False, "full", "pp×tp", lax=True),
-    Row("btp", True, "none", "fsdp×tp", "bfloat16", fsdp="simple_fsdp", lax=True),
+    # btp's sequence parallelism (each latent on a rank's tokens between a reduce-scatter and an all-gather):
+    # compiled low-rank AC keeping both halves, the eager replay of them, the carry's rows across stages,
+    # SimpleFSDP's gathered norm and gate read on a rank's rows
+    Row("btp", True, "lowrank", "tp", lax=True, sp=True),
+    Row("btp", False, "lowrank", "pp×tp", lax=True, sp=True),
+    Row("btp", True, "none", "fsdp×tp", "bfloat16", fsdp="simple_fsdp", lax=True, sp=True),
 ]
 
 # Refused before any process starts: (processes, overrides, a phrase the refusal must contain).

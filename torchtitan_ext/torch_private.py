@@ -26,8 +26,10 @@ scatters and all-to-alls return with their outputs as allocated (torch ≥ 2.13 
 inputs, as if every rank held the same data). ``fill_fake_collective_outputs`` gives the reduce-scatters
 BOOST issues those semantics on every torch (no public API replaces a registered backend, and a Python
 ``ProcessGroup`` cannot override ``_reduce_scatter_base``): it wraps ``torch.distributed``'s and the
-functional collectives' reduce-scatter, resolving a functional group with ``funcol._resolve_group_name``
-and ``distributed_c10d._resolve_process_group``. BOOST issues no gather, scatter or all-to-all.
+functional collectives' reduce-scatter, and the functional all-gather (btp's sequence parallelism gathers
+each latent's rows: this rank's rows repeated, as torch ≥ 2.13 fills it), under each name the torch at hand
+has (``*_tensor``; ``*_single`` from 2.13), resolving a functional group with ``funcol._resolve_group_name``
+and ``distributed_c10d._resolve_process_group``. BOOST issues no scatter or all-to-all.
 
 ``torch._inductor.config.bucket_all_gathers_fx`` / ``bucket_reduce_scatters_fx``
 (``merge_fsdp_collectives_in_compiled_graphs``): inductor's merging of a compiled graph's FSDP
@@ -200,6 +202,31 @@ def reinitialize_on_switch(schedule: _PipelineSchedule, training: bool, last_tra
             setattr(schedule, flag, False)
 
 
+# the functional collectives a dry run's fake process group is given outputs for, by name (each torch has
+# some of them: ``*_single`` from torch 2.13, its ``*_tensor`` names then deprecated aliases of them)
+FAKE_FILLED_FUNCTIONAL = {
+    "reduce_scatter_tensor": "reduce_scatter",
+    "reduce_scatter_single": "reduce_scatter",
+    "all_gather_tensor": "all_gather",
+    "all_gather_single": "all_gather",
+}
+
+
+def fake_filled_functional() -> dict[str, str]:
+    """The functional collectives ``fill_fake_collective_outputs`` wraps on the torch at hand: each of
+    ``FAKE_FILLED_FUNCTIONAL`` it has, on a torch whose fake backend leaves their outputs as allocated
+    (before 2.13), none from 2.13. They land in compiled graphs, where a wrapper's copy is one more kernel
+    (``bench.compiled_cost`` would charge it to the block); the fake backend's own filling is none. Told by
+    the version: the fake backend's behaviour cannot be asked before its process group exists, and the
+    wrapper's semantics are the 2.13 backend's own, so a torch wrongly placed either side computes the same."""
+    import torch.distributed._functional_collectives as funcol
+    from packaging.version import Version
+
+    if Version(torch.__version__.split("+")[0]) >= Version("2.13"):
+        return {}
+    return {name: kind for name, kind in FAKE_FILLED_FUNCTIONAL.items() if hasattr(funcol, name)}
+
+
 def fill_fake_collective_outputs() -> None:
     """From now on, a reduce-scatter on a fake process group (a dry run's) fills its output as torch ≥ 2.13's
     fake backend does: this rank's chunk of its input, as if every rank held the same data. torch 2.11's
@@ -213,7 +240,6 @@ def fill_fake_collective_outputs() -> None:
     if getattr(dist.reduce_scatter_tensor, "_boost_fills_fake", False):
         return
     reduce_scatter_tensor, reduce_scatter = dist.reduce_scatter_tensor, dist.reduce_scatter
-    functional_reduce_scatter = funcol.reduce_scatter_tensor
 
     def fake(group) -> bool:
         return dist.get_backend(group) == dist.Backend.FAKE
@@ -233,25 +259,47 @@ def fill_fake_collective_outputs() -> None:
                 output.copy_(input_list[dist.get_rank(group)])
         return work
 
-    def functional_reduce_scatter_filled(self, reduceOp, scatter_dim, group, tag=""):
-        output = functional_reduce_scatter(self, reduceOp, scatter_dim, group, tag)
+    def fill_if_fake(output, group, tag, fill):
+        """``output``, or on a fake group ``fill(rank, size)`` copied into it (its wait first)."""
         process_group = dist.distributed_c10d._resolve_process_group(funcol._resolve_group_name(group, tag))
         if not fake(process_group):
             return output
         output = funcol.wait_tensor(output)
         with torch.no_grad():
-            rank, size = dist.get_rank(process_group), dist.get_world_size(process_group)
-            output.copy_(self.chunk(size, dim=scatter_dim)[rank])
+            output.copy_(fill(dist.get_rank(process_group), dist.get_world_size(process_group)))
         return output
 
-    for module, wrapper, original in (
-        (dist, reduce_scatter_tensor_filled, reduce_scatter_tensor),
-        (dist, reduce_scatter_filled, reduce_scatter),
-        (funcol, functional_reduce_scatter_filled, functional_reduce_scatter),
-    ):
-        wrapper.__wrapped__ = original
+    def functional_reduce_scatter_filled(original):
+        def filled(self, reduceOp, scatter_dim, group, tag=""):
+            output = original(self, reduceOp, scatter_dim, group, tag)
+            return fill_if_fake(
+                output, group, tag, lambda rank, size: self.chunk(size, dim=scatter_dim)[rank]
+            )
+
+        return filled
+
+    def functional_all_gather_filled(original):
+        def filled(self, gather_dim, group, tag=""):
+            output = original(self, gather_dim, group, tag)
+            return fill_if_fake(
+                output, group, tag, lambda rank, size: torch.cat([self] * size, dim=gather_dim)
+            )
+
+        return filled
+
+    makers = {"reduce_scatter": functional_reduce_scatter_filled, "all_gather": functional_all_gather_filled}
+    wrappers = [
+        (dist, "reduce_scatter_tensor", reduce_scatter_tensor_filled),
+        (dist, "reduce_scatter", reduce_scatter_filled),
+        *(
+            (funcol, name, makers[kind](getattr(funcol, name)))
+            for name, kind in fake_filled_functional().items()
+        ),
+    ]
+    for module, name, wrapper in wrappers:
+        wrapper.__wrapped__ = getattr(module, name)
         wrapper._boost_fills_fake = True
-        setattr(module, original.__name__, wrapper)
+        setattr(module, name, wrapper)
 
 
 def merge_fsdp_collectives_in_compiled_graphs() -> None:

@@ -16,24 +16,49 @@ Example::
 
 from __future__ import annotations
 
-from boost.training.rules import ATTENTION_KINDS, KINDS, SCHEMES, context_parallel_path
+from boost.training.rules import (
+    ATTENTION_KINDS,
+    KINDS,
+    SCHEMES,
+    context_parallel_path,
+    most_balanced_factor_pair,
+)
 
 Volume = dict[str, tuple[int, int]]  # collective kind -> (count, elements)
-Collectives = list[tuple[str, int]]  # one entry per collective: (kind, columns per token)
+# one entry per collective: (kind, columns per token) or (kind, columns per token, elements besides)
+Collectives = list[tuple]
 
 
 def _bottleneck(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, Collectives]:
     """btp: one all-reduce of each r-wide latent each way, and the pre-norms' statistics of the sharded
-    residual (one column per token)."""
+    residual (one column per token). Under sequence parallelism each of the latents' all-reduces is a
+    reduce-scatter and an all-gather of the same columns (forward: scatter then gather; backward: the
+    up-projection's gradient scattered, the down-projection's gathered), and LaX's crossings, which then
+    see a rank's tokens only, all-reduce their norm's and gate's gradients, one collective a bottleneck."""
     r = args.rank
     readers = [3 * r, 2 * r] if args.grouped else [r] * 5  # the q/k/v and gate/up down-projections
-    latents = [("all_reduce", width) for width in [*readers, r, r]]  # + o, down
-    if norm == "online" and args.grouped:
-        # the statistic rides in its reader's all-reduce: one more column, no more collectives
-        return [("all_reduce", width + 1) for width in readers] + latents[len(readers) :], latents
-    # each pre-norm's statistic: Σx² forward, Σ dy·γ·x backward
-    stats = [("all_reduce", 1)] * 2 if norm in ("online", "sync") else []
-    return latents + stats, latents + stats
+    online = norm == "online" and args.grouped  # the statistic rides in its reader's collective: one column
+    downs = [width + 1 if online else width for width in readers] + [r, r]  # + o, down
+    ups = [*readers, r, r]
+    # each pre-norm's statistic not carried by a reader: Σx² forward, Σ dy·γ·x backward
+    stats = [] if online or norm not in ("online", "sync") else [("all_reduce", 1)] * 2
+    if not sequence_parallel:
+        return [("all_reduce", w) for w in downs] + stats, [("all_reduce", w) for w in ups] + stats
+    forward = [("reduce_scatter", w) for w in downs] + [("all_gather", w) for w in ups] + stats
+    backward = [("reduce_scatter", w) for w in ups] + [("all_gather", w) for w in downs] + stats
+    if KINDS[args.linear].latent_crossing:
+        members = [3, 2] if args.grouped else [1] * 5
+        per_member = r * 2 + _gate_parameters(args.lax_gate, r)
+        backward += [("all_reduce", 0, m * per_member) for m in [*members, 1, 1]]
+    return forward, backward
+
+
+def _gate_parameters(gate: str, r: int) -> int:
+    """A LaX gate's parameters for one member of rank ``r`` (``boost.training.model.latent_crossing``)."""
+    if gate == "tensorized":
+        a, b = most_balanced_factor_pair(r)
+        return a * a + b * b
+    return r * r + r if gate == "linear" else 0
 
 
 def _rank_sharded(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, Collectives]:
@@ -69,9 +94,9 @@ COLLECTIVES = {"btp": _bottleneck, "vanilla": _rank_sharded, "megatron": _dense}
 
 def _tally(collectives: Collectives, tokens: int) -> Volume:
     volume: Volume = {}
-    for kind, width in collectives:
+    for kind, width, *besides in collectives:
         count, elements = volume.get(kind, (0, 0))
-        volume[kind] = (count + 1, elements + width * tokens)
+        volume[kind] = (count + 1, elements + width * tokens + sum(besides))
     return volume
 
 

@@ -40,7 +40,10 @@ class BoostOptions:
     btp (bottleneck-aware) | vanilla (low-rank Megatron-style) | megatron (dense only)."""
 
     sequence_parallel: bool = False
-    """megatron scheme only: shard norms and residual on the sequence dim (torchtitan's plan)."""
+    """Shard on the sequence what every TP rank would compute whole: megatron, the norms and the residual
+    between blocks (torchtitan's plan); btp, each bottleneck's r-wide latent (σ and LaX's crossing on a
+    rank's b·s/t tokens, between a reduce-scatter and an all-gather in place of the all-reduce). Needs
+    training.seq_len divisible by the TP degree; vanilla has no such plan."""
 
     fsdp: str = "fully_shard"
     """How FSDP shards the model where it does (data_parallel_shard_degree > 1, or bf16 under TP/PP):

@@ -88,8 +88,10 @@ class TPScheme:
     """The bottleneck rank dim is split ``t`` ways, so every latent is ``r/t`` wide on a rank."""
     low_rank: bool
     """It runs the low-rank kinds (``B·A``); else the dense baseline (``boost.linear = "full"``)."""
-    sequence_parallel: bool
-    """It has a sequence-parallel plan (the residual sharded on the sequence dim between blocks)."""
+    sequence_parallel: str | None
+    """What its sequence-parallel plan (``boost.sequence_parallel``) shards on the sequence: ``"residual"``
+    (the residual stream between blocks, megatron's), ``"latent"`` (each bottleneck's r-wide latent
+    between its reduce-scatter and all-gather, btp's), or ``None``: it has none."""
 
     @property
     def groups_linears(self) -> bool:
@@ -128,9 +130,23 @@ class TPScheme:
         self, batch: int, seq_len: int, dim: int, tp: int, sequence_parallel: bool
     ) -> tuple[int, int, int]:
         """The ``[b, s, d]`` residual stream on one rank, as it crosses a pipeline stage boundary."""
-        if tp > 1 and sequence_parallel and self.sequence_parallel:
+        if tp > 1 and sequence_parallel and self.sequence_parallel == "residual":
             return (batch, seq_len // tp, dim)
         return (batch, seq_len, self.residual_width(dim, tp))
+
+    def latent_tokens(self, tokens: int, tp: int, sequence_parallel: bool) -> int:
+        """The tokens of a micro-batch whose latents (σ, LaX's crossing) one rank computes: all of them,
+        or its ``b·s/t`` rows under btp's sequence parallelism."""
+        return tokens // tp if tp > 1 and sequence_parallel and self.sequence_parallel == "latent" else tokens
+
+    def carry_shape(
+        self, batch: int, seq_len: int, width: int, tp: int, sequence_parallel: bool
+    ) -> tuple[int, ...]:
+        """A LaX latent of ``width`` columns on one rank, as it crosses a pipeline stage boundary: whole
+        ``[b, s, width]``, or this rank's rows ``[b·s/t, width]`` of the flat latent under btp's plan."""
+        if tp > 1 and sequence_parallel and self.sequence_parallel == "latent":
+            return (batch * seq_len // tp, width)
+        return (batch, seq_len, width)
 
 
 SCHEMES: dict[str, TPScheme] = {
@@ -143,7 +159,7 @@ SCHEMES: dict[str, TPScheme] = {
             shards_heads=True,
             shards_rank=False,
             low_rank=True,
-            sequence_parallel=False,
+            sequence_parallel="latent",
         ),
         # Megatron's plan transposed onto the factors: A column-parallel on r, B row-parallel, d-wide all-reduces
         TPScheme(
@@ -152,7 +168,7 @@ SCHEMES: dict[str, TPScheme] = {
             shards_heads=False,
             shards_rank=True,
             low_rank=True,
-            sequence_parallel=False,
+            sequence_parallel=None,
         ),
         # the dense baseline: ColwiseParallel / RowwiseParallel, optional sequence parallel
         TPScheme(
@@ -161,7 +177,7 @@ SCHEMES: dict[str, TPScheme] = {
             shards_heads=True,
             shards_rank=False,
             low_rank=False,
-            sequence_parallel=True,
+            sequence_parallel="residual",
         ),
     )
 }
@@ -615,11 +631,9 @@ def pipeline_microbatch_problem(
 def sequence_parallel_problem(sequence_parallel: bool, tp_scheme: str, seq_len: int, tp: int) -> str | None:
     if not sequence_parallel or tp == 1:
         return None
-    if not SCHEMES[tp_scheme].sequence_parallel:
-        planned = next(s.name for s in SCHEMES.values() if s.sequence_parallel)
-        return (
-            f'only the {planned} scheme has a sequence-parallel plan: drop it, or use tp_scheme = "{planned}"'
-        )
+    if SCHEMES[tp_scheme].sequence_parallel is None:
+        planned = " and ".join(s.name for s in SCHEMES.values() if s.sequence_parallel)
+        return f"only the {planned} schemes have a sequence-parallel plan: drop it, or use one of them"
     if seq_len % tp:
         return f"shards the sequence: training.seq_len = {seq_len} must be divisible by {tp}"
     return None
@@ -767,7 +781,7 @@ def context_parallel_problem(
     cp: int, seq_len: int, attn_type: str, load_balancer: str | None, tp: int, sequence_parallel: bool
 ) -> str | None:
     """What a window of ``seq_len`` tokens needs to split over ``cp`` ranks: equal shares (two chunks each
-    under a load balancer), each split again over TP under megatron's sequence parallelism; whole flex blocks.
+    under a load balancer), each split again over TP under sequence parallelism; whole flex blocks.
 
     Example::
 
@@ -780,7 +794,7 @@ def context_parallel_problem(
     if load_balancer is not None:
         parts, why = parts * 2, [*why, f"2 chunks a rank under the {load_balancer} balancer"]
     if sequence_parallel and tp > 1:
-        parts, why = parts * tp, [*why, f"tp {tp} of megatron's sequence parallelism"]
+        parts, why = parts * tp, [*why, f"tp {tp} of the sequence parallelism"]
     if seq_len % parts:
         return f"must be divisible by {parts} ({' × '.join(why)})"
     if attn_type == "flex" and seq_len % (cp * FLEX_BLOCK):

@@ -22,6 +22,9 @@ CASES = [  # (kind, scheme, grouped, norm, sequence_parallel)
     ("cola", "btp", True, "sync", False),
     ("svd", "btp", False, "online", False),
     ("lax", "btp", True, "online", False),
+    # the latent on a rank's tokens: each all-reduce a reduce-scatter and an all-gather, LaX's gradients summed
+    ("lax", "btp", True, "online", True),
+    ("cola", "btp", False, "sync", True),
     ("cola", "vanilla", False, "online", False),
     ("lax", "vanilla", False, "online", False),
     ("full", "megatron", False, "online", False),

@@ -160,13 +160,15 @@ def _bottleneck_step(module, x: torch.Tensor, mesh) -> list[torch.Tensor]:
     return [*ys, x.grad.to_local(), *(p.grad.to_local() for p in module.parameters())]
 
 
-def _inductor_body(rank: int, world_size: int) -> None:
+def _inductor_body(rank: int, world_size: int, sp: bool) -> None:
     mesh = init_device_mesh("cpu", (world_size,))
     args = ModelArgs.from_flavor("debug", linear="cola", vocab_size=VOCAB, n_layers=1, max_seq_len=SEQ)
     torch.manual_seed(0)
     # q/k/v: the online norm fused into the grouped down-projection's all-reduce, SiLU, q's up-projection
-    # and k/v's batched one (GQA), and the latent's gradient all-reduce in backward
-    eager = apply_tp(Transformer(args), mesh, scheme="btp", norm="online").layers["0"].attention.wqkv
+    # and k/v's batched one (GQA), and the latent's gradient all-reduce in backward; with sp, the latent on
+    # a rank's rows between reduce-scatters and all-gathers (the functional collectives of the torch at hand)
+    model = apply_tp(Transformer(args), mesh, scheme="btp", norm="online", sequence_parallel=sp)
+    eager = model.layers["0"].attention.wqkv
     compiled = torch.compile(copy.deepcopy(eager), backend="inductor", fullgraph=True)
     x = torch.randn(2, SEQ, args.dim, generator=torch.Generator().manual_seed(1))
     want = _bottleneck_step(eager, x, mesh)
@@ -181,5 +183,6 @@ def _inductor_body(rank: int, world_size: int) -> None:
 
 @pytest.mark.slow
 @pytest.mark.compat  # inductor on the oldest torch of the range too, the GPU images' (2.11)
-def test_inductor_compiles_a_btp_bottleneck_to_eagers_values_and_gradients():
-    run_distributed(_inductor_body, 2)
+@pytest.mark.parametrize("sp", [False, True], ids=["replicated_latent", "sequence_parallel"])
+def test_inductor_compiles_a_btp_bottleneck_to_eagers_values_and_gradients(sp):
+    run_distributed(_inductor_body, 2, sp)

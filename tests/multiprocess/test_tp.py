@@ -39,6 +39,10 @@ PARITY_CASES = [
     ("lax/none", "vanilla", False, "online", False),
     ("full", "megatron", False, "online", False),
     ("full", "megatron", False, "online", True),
+    # btp's sequence parallelism: each latent on a rank's tokens between a reduce-scatter and an all-gather
+    ("cola", "btp", True, "online", True),
+    ("lax", "btp", True, "online", True),
+    ("lax/linear", "btp", False, "sync", True),
 ]
 
 
@@ -132,13 +136,13 @@ def test_btp_with_multi_head_attention_at_tp4():
 def _training_body(rank: int, world_size: int, cases) -> None:
     mesh = init_device_mesh("cpu", (world_size,))
     torch.set_default_dtype(torch.float32)
-    for kind, scheme, grouped, norm in cases:
-        tag = f"{kind}/{scheme}/t={world_size}"
+    for kind, scheme, grouped, norm, sp in cases:
+        tag = f"{kind}/{scheme}/sp={sp}/t={world_size}"
         args = _args(kind, grouped)
         torch.manual_seed(0)
         ref = Transformer(args)
         torch.manual_seed(0)
-        model = apply_tp(Transformer(args), mesh, scheme=scheme, norm=norm)
+        model = apply_tp(Transformer(args), mesh, scheme=scheme, norm=norm, sequence_parallel=sp)
         opt_ref = torch.optim.AdamW(ref.parameters(), lr=3e-3, foreach=False)
         opt = torch.optim.AdamW(model.parameters(), lr=3e-3, foreach=False)
         for step in range(20):
@@ -170,10 +174,12 @@ def _training_body(rank: int, world_size: int, cases) -> None:
 @pytest.mark.slow
 def test_twenty_float32_steps_track_single_device():
     cases = [
-        ("cola", "btp", True, "online"),
-        ("lax", "btp", True, "online"),
-        ("cola", "vanilla", False, "online"),
-        ("full", "megatron", False, "online"),
+        ("cola", "btp", True, "online", False),
+        ("lax", "btp", True, "online", False),
+        # LaX's norm and gate read a rank's tokens: their summed gradients keep them equal on every rank
+        ("lax", "btp", True, "online", True),
+        ("cola", "vanilla", False, "online", False),
+        ("full", "megatron", False, "online", False),
     ]
     run_distributed(_training_body, 2, cases)
 
@@ -204,6 +210,34 @@ def _sequential_body(rank: int, world_size: int) -> None:
     ref_params = dict(ref.named_parameters())
     for name, p in block.named_parameters():
         torch.testing.assert_close(_full(p.grad), ref_params[name].grad, rtol=1e-12, atol=1e-12)
+
+    # the latent on this rank's tokens (sequence_parallel): A's bias read on a rank's rows, its gradient summed
+    sp_block = nn.Sequential(nn.Linear(d, r), nn.SiLU(), nn.Linear(r, d))
+    sp_block.load_state_dict(ref.state_dict())
+    parallelize_module(sp_block, mesh, BoostParallelStyle(sequence_parallel=True))
+    ref.zero_grad()
+    x = x[:2]  # 10 tokens, split over the ranks
+    x_local = x[..., rank * shard : (rank + 1) * shard].clone().requires_grad_()
+    x_ref = x.clone().requires_grad_()
+    y_local = sp_block(x_local)
+    torch.testing.assert_close(
+        y_local, ref(x_ref)[..., rank * shard : (rank + 1) * shard], rtol=1e-12, atol=1e-12
+    )
+    (ref(x_ref) * gy[:2]).sum().backward()
+    (y_local * gy[:2, ..., rank * shard : (rank + 1) * shard]).sum().backward()
+    torch.testing.assert_close(
+        x_local.grad, x_ref.grad[..., rank * shard : (rank + 1) * shard], rtol=1e-12, atol=1e-12
+    )
+    for name, p in sp_block.named_parameters():
+        torch.testing.assert_close(_full(p.grad), ref_params[name].grad, rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match=r"sequence_parallel: the latent's 15 tokens .* split over 2"):
+        sp_block(torch.randn(3, 5, shard))
+    with pytest.raises(ValueError, match=r"'1' holds parameters and would run on this rank's tokens only"):
+        parallelize_module(
+            nn.Sequential(nn.Linear(d, r), nn.LayerNorm(r), nn.Linear(r, d)),
+            mesh,
+            BoostParallelStyle(sequence_parallel=True),
+        )
 
     # a module with no recognisable bottleneck is refused at parallelize time
     with pytest.raises(ValueError, match="no bottleneck"):

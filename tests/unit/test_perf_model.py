@@ -249,3 +249,29 @@ def test_context_parallelism_in_the_step_time_memory_and_planner():
         "cola", 1, 4, 32768
     )
     assert all(l.memory_bytes <= usable_bytes(H100.memory_bytes) for l in long)
+
+
+@pytest.mark.parametrize("linear", ["cola", "lax"])
+def test_btp_sequence_parallelism_moves_the_same_bytes_and_splits_the_latent_work(linear):
+    """Each all-reduce becomes a reduce-scatter and an all-gather, the same bytes on a ring (LaX adds its
+    norm's and gate's gradient sums); σ and the crossing then run on a rank's share of the tokens."""
+    args = model_args("7B", "btp", linear=linear)
+    whole, rows = (per_layer(args, "btp", 16384, sequence_parallel=sp) for sp in (False, True))
+    # the reduce-scatters carry what the all-reduces of their direction did; the all-gathers what those of
+    # the other direction did (the online norm's statistic column: scattered going forward, gathered back)
+    for direction, other in (("forward", "backward"), ("backward", "forward")):
+        assert rows[direction]["reduce_scatter"] == whole[direction]["all_reduce"]
+        assert rows[direction]["all_gather"][1] == whole[other]["all_reduce"][1]
+    summed = rows["backward"].get("all_reduce", (0, 0))
+    # one sum a bottleneck (q/k/v, o, gate/up, down) of 7 members' norm (2r) and tensorized gate (32² + 32²)
+    assert summed == ((4, 7 * (2 * 1024 + 2 * 32**2)) if linear == "lax" else (0, 0))
+    run = dict(
+        hardware="h100", micro_batch=4, seq_len=4096, dp=4, activation_checkpoint="lowrank", linear=linear
+    )
+    split = predict_step_time("7B", "btp", 4, 1, sequence_parallel=True, breakdown=True, **run)
+    kept = predict_step_time("7B", "btp", 4, 1, sequence_parallel=False, breakdown=True, **run)
+    assert split["total"] < kept["total"]
+    # at TP 1 there is nothing to split
+    assert predict_step_time("7B", "btp", 1, 1, sequence_parallel=True, **run) == predict_step_time(
+        "7B", "btp", 1, 1, **run
+    )

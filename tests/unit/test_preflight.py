@@ -370,9 +370,34 @@ CASES = [
         "boost.group_linears = True: vanilla TP shards the rank dim",
     ),
     (
-        ["--boost.sequence_parallel", "--parallelism.tensor_parallel_degree", "2"],
+        [
+            *("--boost.tp_scheme", "vanilla", "--boost.no-group-linears", "--boost.norm", "sync"),
+            *("--boost.sequence_parallel", "--parallelism.tensor_parallel_degree", "2"),
+        ],
         2,
-        "boost.sequence_parallel = True: only the megatron scheme has a sequence-parallel plan",
+        "boost.sequence_parallel = True: only the btp and megatron schemes have a sequence-parallel plan",
+    ),
+    (
+        [
+            "--boost.sequence_parallel",
+            "--parallelism.tensor_parallel_degree",
+            "2",
+            "--training.seq_len",
+            "63",
+        ],
+        2,
+        "boost.sequence_parallel = True: shards the sequence: training.seq_len = 63 must be divisible by 2",
+    ),
+    (
+        [
+            "--boost.sequence_parallel",
+            "--parallelism.tensor_parallel_degree",
+            "2",
+            "--validation.seq_len",
+            "63",
+        ],
+        2,
+        "validation.seq_len = 63: must be divisible by the TP degree 2: boost.sequence_parallel shards the sequence",
     ),
     # The command line, read against the same annotations before torchtitan's parser sees it
     (["--training.steps", "abc"], 1, "command line: --training.steps 'abc': expected int"),

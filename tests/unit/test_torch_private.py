@@ -1,6 +1,7 @@
 """What torch_private bridges across the supported torch range, on the torch this suite runs (the
 compatibility tier runs it on each end): a dry run's fake process group gives every reduce-scatter a
-defined output, this rank's chunk of its input, as torch ≥ 2.13's fake backend does."""
+defined output, this rank's chunk of its input, and every all-gather this rank's input repeated, as torch
+≥ 2.13's fake backend does."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from torchtitan_ext.torch_private import fill_fake_collective_outputs
+from torchtitan_ext.torch_private import fake_filled_functional, fill_fake_collective_outputs
 
-WRAPPED = ((dist, "reduce_scatter_tensor"), (dist, "reduce_scatter"), (funcol, "reduce_scatter_tensor"))
+# the functional ones where the torch's fake backend does not fill them itself (2.11: the compatibility tier)
+WRAPPED = (
+    (dist, "reduce_scatter_tensor"),
+    (dist, "reduce_scatter"),
+    *((funcol, name) for name in fake_filled_functional()),
+)
 
 
 def test_fake_reduce_scatters_fill_their_outputs_with_this_ranks_chunk():
@@ -33,6 +39,11 @@ def test_fake_reduce_scatters_fill_their_outputs_with_this_ranks_chunk():
         y = torch.arange(3 * 4, dtype=torch.float32).reshape(3, 4)
         got = funcol.wait_tensor(funcol.reduce_scatter_tensor(y, "sum", 1, (mesh, 1)))
         assert torch.equal(got, y[:, :2])
+        # btp's sequence parallelism: its rows reduce-scattered and gathered (boost.training.parallel.collectives)
+        from boost.training.parallel.collectives import all_gather_rows, reduce_scatter_rows
+
+        assert torch.equal(reduce_scatter_rows(y[:2], (mesh, 1)), y[:1])
+        assert torch.equal(all_gather_rows(y, (mesh, 1)), torch.cat([y, y]))
     finally:
         dist.destroy_process_group()
         for (module, name), original in zip(WRAPPED, originals, strict=True):

@@ -20,7 +20,9 @@ the first step: it runs one micro-batch forward and backward and sends the shape
                     model (at a shard degree of 1 too: ``parallelize.fsdp_wraps``), else
                     ``training.dtype`` (torchtitan runs no autocast under PP)
     latents         LaX only: each bottleneck's latent ``[mb, s, G·r]`` (``carry_keys``: qkv, o, gate_up,
-                    down grouped; q ... down ungrouped), whole on every TP rank, in the residual's dtype
+                    down grouped; q ... down ungrouped), whole on every TP rank (a rank's rows
+                    ``[mb·s/t, G·r]`` under btp's sequence parallelism, ``TPScheme.carry_shape``), in the
+                    residual's dtype
 
 Validation runs the same schedule on micro-batches of ``validation.local_batch_size /
 n_microbatches`` × ``validation.seq_len``: the stage holds a second set of shapes for it, and
@@ -168,9 +170,16 @@ def stage_examples(
     dtype = TORCH_DTYPE_MAP[mixed if fsdp_wraps(parallel_dims, mixed) else job_config.training.dtype]
     hidden = torch.empty(residual, dtype=dtype, device="meta", requires_grad=training)
     # LaX: the latents the blocks carry cross the boundary beside the residual stream, whole on every
-    # TP rank (replicated after BTP's all-reduce; gathered under vanilla), one per bottleneck
+    # TP rank (replicated after BTP's all-reduce; gathered under vanilla), or a rank's rows of the flat
+    # latent under btp's sequence parallelism, one per bottleneck
+    scheme = SCHEMES[cfg.tp_scheme]
     carried = tuple(
-        torch.empty(micro_batch, seq_len, width, dtype=dtype, device="meta", requires_grad=training)
+        torch.empty(
+            scheme.carry_shape(micro_batch, seq_len, width, tp, cfg.sequence_parallel),
+            dtype=dtype,
+            device="meta",
+            requires_grad=training,
+        )
         for width in carry_widths(model_args)
     )
     first, last = stage_index == 0, stage_index == num_stages - 1

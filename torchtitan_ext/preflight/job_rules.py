@@ -286,6 +286,15 @@ def _enough_microbatches(ctx: JobContext) -> str | None:
     )
 
 
+def _sequence_parallel_sequence(ctx: JobContext, seq_len: int) -> str | None:
+    """A sequence the validator runs, split over the TP ranks as training's is (``boost.sequence_parallel``)."""
+    if not ctx.boost.sequence_parallel or ctx.tp == 1 or seq_len % ctx.tp == 0:
+        return None
+    if rules.sequence_parallel_problem(True, ctx.boost.tp_scheme, seq_len, ctx.tp) is None:
+        return None
+    return f"must be divisible by the TP degree {ctx.tp}: boost.sequence_parallel shards the sequence"
+
+
 def _context_parallel_sequence(ctx: JobContext, seq_len: int) -> str | None:
     par = ctx.job.parallelism
     return rules.context_parallel_problem(
@@ -565,7 +574,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "boost.sequence_parallel",
-        "megatron only; seq_len divisible by the TP degree",
+        "megatron or btp; seq_len divisible by the TP degree",
         lambda c: rules.sequence_parallel_problem(
             c.boost.sequence_parallel, c.boost.tp_scheme, c.job.training.seq_len, c.tp
         ),
@@ -578,7 +587,7 @@ RULES: tuple[Rule, ...] = (
     # Pipeline parallelism
     Rule(
         "parallelism.pipeline_parallel_degree",
-        "≤ n_layers; 1 for linear = lax",
+        "≤ n_layers",
         lambda c: rules.pipeline_problem(c.boost.linear, c.pp, c.model_args.n_layers),
     ),
     at_least("parallelism.pipeline_parallel_microbatch_size", 1),
@@ -749,8 +758,13 @@ RULES: tuple[Rule, ...] = (
     at_least("validation.seq_len", 2, when=_validation_applies),
     Rule(
         "validation.seq_len",
-        "divisible as training.seq_len under CP, when validation.enable",
-        lambda c: _context_parallel_sequence(c, c.job.validation.seq_len) if _validation_applies(c) else None,
+        "divisible as training.seq_len under CP and sequence parallelism, when validation.enable",
+        lambda c: (
+            _context_parallel_sequence(c, c.job.validation.seq_len)
+            or _sequence_parallel_sequence(c, c.job.validation.seq_len)
+            if _validation_applies(c)
+            else None
+        ),
     ),
     Rule(
         "validation.dataloader.num_workers",

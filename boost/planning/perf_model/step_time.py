@@ -90,14 +90,16 @@ def args_params(args: ModelArgs) -> int:
     )
 
 
-def block_gemms(args: ModelArgs, scheme: str, tp: int, tokens: int) -> list[tuple[int, int, int, int]]:
+def block_gemms(
+    args: ModelArgs, scheme: str, tp: int, tokens: int, sequence_parallel: bool = False
+) -> list[tuple[int, int, int, int]]:
     """Forward GEMMs of one block on one rank: ``(M, K, N, batch)`` with ``y[M,N] = x[M,K] W[K,N]``.
 
     Each width is what the scheme leaves on a rank (``boost.training.rules.TPScheme``): the residual (q/k/v's,
     gate/up's inputs, o's and down's outputs), the heads (q/k/v's outputs, o's input), the FFN columns
     and the rank. btp: A row-parallel on its d_in, B column-parallel on d_out, r whole; vanilla: A
     column-parallel on r, B row-parallel (a full-width partial output); megatron: the dense projections
-    column- then row-parallel.
+    column- then row-parallel. ``sequence_parallel``: LaX's gates on a rank's rows (btp).
     """
     record, t, T = SCHEMES[scheme], tp, tokens
     kv = args.kv_heads * args.head_dim
@@ -116,7 +118,7 @@ def block_gemms(args: ModelArgs, scheme: str, tp: int, tokens: int) -> list[tupl
             (T, ff, res, 1),
         ]
     r = record.latent_width(args.rank, t)
-    gates = _lax_gate_gemms(args, T)
+    gates = _lax_gate_gemms(args, record.latent_tokens(T, t, sequence_parallel))
     if args.grouped:
         return gates + [
             (T, res, 3 * r, 1),
@@ -135,8 +137,9 @@ def block_gemms(args: ModelArgs, scheme: str, tp: int, tokens: int) -> list[tupl
 
 
 def _lax_gate_gemms(args: ModelArgs, tokens: int) -> list[tuple[int, int, int, int]]:
-    """LaX's gates in one block, on the whole latent (every scheme holds it whole on a rank: replicated
-    after BTP's all-reduce, gathered under vanilla), one batched GEMM per bottleneck's members: the
+    """LaX's gates in one block, on the whole latent of ``tokens`` (every scheme holds it whole on a rank:
+    replicated after BTP's all-reduce, gathered under vanilla; a rank's rows of it under btp's sequence
+    parallelism), one batched GEMM per bottleneck's members: the
     tensorized pair as ``[T·a, b]×[b, b]`` then ``[T·b, a]×[a, a]``, the linear gate ``[T, r]×[r, r]``.
     Charged to every block (the first crosses nothing: 1/n_layers of it too much)."""
     if not KINDS[args.linear].latent_crossing or args.lax_gate == "none":
@@ -193,31 +196,42 @@ def collective_time(
 
 
 def _elementwise_bytes(
-    args: ModelArgs, scheme: str, tp: int, tokens: int, norm: str, dtype_bytes: int
+    args: ModelArgs,
+    scheme: str,
+    tp: int,
+    tokens: int,
+    norm: str,
+    dtype_bytes: int,
+    sequence_parallel: bool = False,
 ) -> tuple[float, float]:
     """HBM bytes of one block's memory-bound ops, forward and backward (passes × width × T × dtype).
 
     Passes: RMSNorm 2 fwd / 3 bwd, residual add 3 / 1, RoPE 2 / 2 on q and k, SwiGLU or gate⊙up
     3 / 5 on f, σ on each r-latent 2 / 3, each at the width the scheme leaves on a rank: megatron and
     vanilla keep the residual and norms (vanilla also attention's RoPE and the f-wide product)
-    replicated at full width; btp works on d/t, f/t.
+    replicated at full width; btp works on d/t, f/t, and under its sequence parallelism on the latents
+    of a rank's ``T/t`` tokens.
     """
     record, d, r, t = SCHEMES[scheme], args.dim, args.rank, tp
     kv = args.kv_heads * args.head_dim
     res, qk, ff = record.residual_width(d, t), record.local(d + kv, t), record.local(args.ffn_dim, t)
     fwd = 2 * 2 * res + 2 * 3 * res + 2 * qk + 3 * ff
     bwd = 2 * 3 * res + 2 * 1 * res + 2 * qk + 5 * ff
+    # the latents' passes, per token of the micro-batch (a rank computes them on latent_tokens of them)
+    share = record.latent_tokens(tokens, t, sequence_parallel) / tokens
+    lat_fwd = lat_bwd = 0.0
     if KINDS[args.linear].latent_activation:
         lat = 7 * record.latent_width(r, t)
-        fwd, bwd = fwd + 2 * lat, bwd + 3 * lat
+        lat_fwd, lat_bwd = 2 * lat, 3 * lat
     if KINDS[args.linear].latent_crossing:
         # LaX on the whole latents: the carry's add (3 / 1) and the LayerNorm (2 / 3), as the residual's
-        fwd, bwd = fwd + (3 + 2) * 7 * r, bwd + (1 + 3) * 7 * r
+        lat_fwd, lat_bwd = lat_fwd + (3 + 2) * 7 * r, lat_bwd + (1 + 3) * 7 * r
     # a sharded residual's norm runs the custom norm Function, at t = 1 too
     if record.shards_residual and norm in ("online", "sync"):
-        # fp32 Σx² over the shard and the rescale of the (3r, 2r) latents, both directions
-        fwd += 2 * res * 2 + 2 * 5 * r
-        bwd += 2 * res * 2 + 2 * 5 * r
+        # fp32 Σx² over the shard, and the rescale of the (3r, 2r) latents, both directions
+        fwd, bwd = fwd + 2 * res * 2, bwd + 2 * res * 2
+        lat_fwd, lat_bwd = lat_fwd + 2 * 5 * r, lat_bwd + 2 * 5 * r
+    fwd, bwd = fwd + share * lat_fwd, bwd + share * lat_bwd
     return fwd * tokens * dtype_bytes, bwd * tokens * dtype_bytes
 
 
@@ -258,11 +272,12 @@ def layer_times(
     """Seconds of one block for one micro-batch on one rank, by component and direction (``cp``: the
     rank's share ``s/cp`` of each window)."""
     T = micro_batch * seq_len // cp
-    g_fwd, g_bwd = _gemm_fwd_bwd(block_gemms(args, scheme, tp, T), hw, dtype_bytes)
+    g_fwd, g_bwd = _gemm_fwd_bwd(block_gemms(args, scheme, tp, T, sequence_parallel), hw, dtype_bytes)
     dense = attn_type == "sdpa" and attn_mask_type == "block_causal"  # a boolean mask: no score skipped
     a_fwd, a_bwd = attention_time(args, scheme, tp, micro_batch, seq_len, hw, cp, dense)
     e_fwd, e_bwd = (
-        b / (hw.mem_bw * hw.eta_mem) for b in _elementwise_bytes(args, scheme, tp, T, norm, dtype_bytes)
+        b / (hw.mem_bw * hw.eta_mem)
+        for b in _elementwise_bytes(args, scheme, tp, T, norm, dtype_bytes, sequence_parallel)
     )
     vol = per_layer(args, scheme, T, norm=norm, sequence_parallel=sequence_parallel)
     cp_vol = context_parallel_layer(args, scheme, tp, micro_batch, seq_len, cp, attn_type, attn_mask_type)
@@ -352,8 +367,9 @@ def predict_step_time(
     # the residual crosses each stage boundary as the scheme leaves it on a rank, and its gradient back
     residual = SCHEMES[scheme].residual_shape(micro_batch, seq_len // cp, args.dim, tp, sequence_parallel)
     crossing = math.prod(residual)
-    if KINDS[args.linear].latent_crossing:  # LaX's carried latents cross beside it, whole on a rank
-        crossing += micro_batch * (seq_len // cp) * 7 * args.rank
+    if KINDS[args.linear].latent_crossing:  # LaX's carried latents cross beside it (a rank's share)
+        tokens = SCHEMES[scheme].latent_tokens(micro_batch * (seq_len // cp), tp, sequence_parallel)
+        crossing += tokens * 7 * args.rank
     p2p = 2 * crossing * dtype_bytes / hw.bus_bw if pp > 1 else 0.0
     # 1F1B runs at the pace of the slowest stage: the last one, which also holds the LM head and loss
     stage = layers_per_stage * (layer + recompute) + p2p + head

@@ -87,29 +87,43 @@ class LatentCrossing(nn.Module):
             self.gate_weight = nn.Parameter(torch.empty(members, rank, rank))
             self.gate_bias = nn.Parameter(torch.empty(members, rank))
 
-    def gated(self, carry: torch.Tensor) -> torch.Tensor:
+    def crossing_parameters(self) -> dict[str, torch.Tensor]:
+        """The norm's and the gate's parameters by name: what ``crossed`` reads (a plan may hand it other
+        views of them). Read as attributes, which SimpleFSDP's parametrization gathers on access."""
+        return {name: getattr(self, name) for name in self._parameters}
+
+    def gated(self, carry: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
         """``G(carry)`` per member: ``[..., members, rank]`` in and out."""
         if self.gate == "tensorized":
             a, b = self.factors
             # the authors' contract('abcd,de,cf->abfe', R, E, D) with R the a×b carry, per member g
             out = torch.einsum(
-                "...gcd,gde,gcf->...gfe", carry.unflatten(-1, (a, b)), self.gate_encoder, self.gate_decoder
+                "...gcd,gde,gcf->...gfe",
+                carry.unflatten(-1, (a, b)),
+                params["gate_encoder"],
+                params["gate_decoder"],
             )
             return out.flatten(-2)
         if self.gate == "linear":
-            return torch.einsum("...gi,goi->...go", carry, self.gate_weight) + self.gate_bias
+            return torch.einsum("...gi,goi->...go", carry, params["gate_weight"]) + params["gate_bias"]
         return carry
 
-    def forward(self, pre: torch.Tensor, carry: torch.Tensor | None = None) -> torch.Tensor:
+    def crossed(
+        self, pre: torch.Tensor, carry: torch.Tensor | None, params: dict[str, torch.Tensor]
+    ) -> torch.Tensor:
+        """``σ(LN(pre + G(carry)))`` with the norm and gate read from ``params`` (``crossing_parameters``)."""
         if carry is None:
             raise ValueError(
                 "LaX: a crossing bottleneck needs the previous block's latent of the same projection (block 0 "
                 "crosses nothing: it is built with a LatentActivation)"
             )
         shape = (self.members, self.rank)
-        t = pre.unflatten(-1, shape) + self.gated(carry.unflatten(-1, shape))
-        normed = F.layer_norm(t, (self.rank,), eps=LAX_NORM_EPS) * self.norm_weight + self.norm_bias
+        t = pre.unflatten(-1, shape) + self.gated(carry.unflatten(-1, shape), params)
+        normed = F.layer_norm(t, (self.rank,), eps=LAX_NORM_EPS) * params["norm_weight"] + params["norm_bias"]
         return self.act(normed.flatten(-2).to(pre.dtype))  # the latent in the pre-activation's dtype
+
+    def forward(self, pre: torch.Tensor, carry: torch.Tensor | None = None) -> torch.Tensor:
+        return self.crossed(pre, carry, self.crossing_parameters())
 
     @torch.no_grad()
     def reset_parameters(self, seed: int, keys: list[str]) -> None:

@@ -8,6 +8,17 @@
 ``row_parallel_down``            a row-parallel down-projection and its forward all-reduce as one
                                  Function: under the recompute the replayed result stands in for
                                  both, so the GEMM whose output was kept is not run again.
+
+With the latent sharded on its tokens (``BoostParallelStyle(sequence_parallel=True)``) each all-reduce is
+split into its two halves, the latent living between them on a rank's ``T/t`` tokens (rows of a
+``[T, R]`` latent: contiguous, so neither half copies)::
+
+``reduce_scatter_tokens``        forward half: a rank's partial sums reduced, its rows kept (recorded)
+``gather_tokens``                second half: the rows gathered whole before ``B`` (recorded); backward
+                                 reduce-scatters ``B``'s partial input-gradient to the rank's rows
+``row_parallel_down(rows=True)`` the down-projection with the first half; backward gathers ``dy``
+``summed_on_backward``           parameters read on a rank's rows only (LaX's norm and gate): their
+                                 gradients summed over the group in one all-reduce
 """
 
 from __future__ import annotations
@@ -15,7 +26,7 @@ from __future__ import annotations
 import torch
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from boost.training.parallel.latent_replay import next_replayed, recorded
 
@@ -56,31 +67,39 @@ def all_reduce_grad_on_backward(x: torch.Tensor) -> torch.Tensor:
 
 
 class _RowParallelDown(torch.autograd.Function):
-    """``y = all_reduce(x_i A_iᵀ)`` on local shards::
+    """``y = all_reduce(x_i A_iᵀ)`` on local shards, or its rows ``y_i = reduce_scatter(x_i A_iᵀ)``::
 
-    x_i  [.., d/t]   A_i  [R, d/t]   y  [.., R] replicated
+    x_i  [.., d/t]   A_i  [R, d/t]   y  [.., R] replicated (rows: x_i [T, d/t], y_i [T/t, R])
     bwd  dx_i = dy A_i,  dA_i = dyᵀ x_i     no collective: dy is the full (replicated) grad
+         (rows: dy = all_gather(dy_i) first)
     """
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, group: TPGroup) -> torch.Tensor:
+    def forward(ctx, x: torch.Tensor, weight: torch.Tensor, group: TPGroup, rows: bool) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
+        ctx.group, ctx.rows = group, rows
         replayed = next_replayed()
         if replayed is not None:
             return replayed
-        return all_reduce_partial(torch.matmul(x, weight.t()), group)
+        reduce = reduce_scatter_tokens if rows else all_reduce_partial
+        return reduce(torch.matmul(x, weight.t()), group)
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
         x, weight = ctx.saved_tensors
+        if ctx.rows:
+            dy = all_gather_rows(dy, ctx.group)
         dx = torch.matmul(dy, weight)
         dweight = dy.reshape(-1, dy.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
-        return dx, dweight, None
+        return dx, dweight, None, None
 
 
-def row_parallel_down(x: torch.Tensor, weight: torch.Tensor, group: TPGroup) -> torch.Tensor:
-    """The row-parallel down-projection with its pinned forward all-reduce, on local tensors."""
-    return _RowParallelDown.apply(x, weight, group)
+def row_parallel_down(
+    x: torch.Tensor, weight: torch.Tensor, group: TPGroup, rows: bool = False
+) -> torch.Tensor:
+    """The row-parallel down-projection with its pinned forward all-reduce, on local tensors; ``rows``: of a
+    ``[T, d/t]`` shard, reduce-scattered to this rank's rows of the latent."""
+    return _RowParallelDown.apply(x, weight, group, rows)
 
 
 def all_reduce_partial(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
@@ -89,3 +108,70 @@ def all_reduce_partial(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
     if replayed is not None:
         return replayed
     return recorded(funcol.wait_tensor(funcol.all_reduce(x, "sum", _funcol_group(group))))
+
+
+def reduce_scatter_tokens(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
+    """Sum a local ``[T, n]`` tensor over a 1-D group and keep this rank's ``T/t`` rows (recorded and
+    replayed as ``all_reduce_partial`` is)."""
+    replayed = next_replayed()
+    if replayed is not None:
+        return replayed
+    return recorded(reduce_scatter_rows(x, group))
+
+
+def reduce_scatter_rows(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
+    """Sum a local ``[T, n]`` tensor over the group, this rank's ``T/t`` rows kept (not recorded)."""
+    # torch 2.13 names it reduce_scatter_single (reduce_scatter_tensor warns); older torches have only the
+    # old name. Looked up at each call: a dry run's fake process group wraps whichever the torch has.
+    reduce_scatter = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
+    return funcol.wait_tensor(reduce_scatter(x.contiguous(), "sum", 0, _funcol_group(group)))
+
+
+def all_gather_rows(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
+    """Every rank's ``[T/t, n]`` rows gathered into the whole ``[T, n]`` (not recorded)."""
+    all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
+    return funcol.wait_tensor(all_gather(x.contiguous(), 0, _funcol_group(group)))
+
+
+class _GatherTokens(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, rows: torch.Tensor, group: TPGroup) -> torch.Tensor:
+        ctx.group = group
+        replayed = next_replayed()
+        if replayed is not None:
+            return replayed
+        return recorded(all_gather_rows(rows, group))
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor):
+        # B's input-gradient: one partial sum per d_out shard, reduced and scattered back to the rows
+        return reduce_scatter_rows(grad, ctx.group), None
+
+
+def gather_tokens(rows: torch.Tensor, mesh: DeviceMesh, group: TPGroup) -> DTensor:
+    """This rank's ``[T/t, R]`` rows of the latent gathered into the whole ``[T, R]``, a Replicate DTensor
+    for the column-parallel up-projections; their Partial input-gradient is reduce-scattered back."""
+    whole = _GatherTokens.apply(rows, group)
+    # grad_placements: the Partial gradient reaches _GatherTokens unreduced (from_local would all-reduce it)
+    return DTensor.from_local(whole, mesh, [Replicate()], run_check=False, grad_placements=[Partial()])
+
+
+class _SummedOnBackward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, group: TPGroup, *params: torch.Tensor):
+        ctx.group = group
+        return tuple(p.view_as(p) for p in params)
+
+    @staticmethod
+    def backward(ctx, *grads: torch.Tensor):
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        summed = funcol.wait_tensor(funcol.all_reduce(flat, "sum", _funcol_group(ctx.group)))
+        # (autograd hands a Function zeros, not None, for an output that had no gradient)
+        parts = summed.split([g.numel() for g in grads])
+        return (None, *(s.view_as(g).to(g.dtype) for s, g in zip(parts, grads)))
+
+
+def summed_on_backward(params: list[torch.Tensor], group: TPGroup) -> tuple[torch.Tensor, ...]:
+    """The local tensors of replicated parameters, as they are; backward sums their gradients over the
+    group, all in one all-reduce (each rank's gradient covers its own tokens only)."""
+    return _SummedOnBackward.apply(group, *params)

@@ -18,6 +18,11 @@ DTensor is rejected by DTensor):
     bwd   no collective: dY is already full (B's input-grad all-reduce made it so), and
           Σ_R dY·Y, the only reduction the chain rule needs, is over the replicated r-dim.
 
+    With the latent sharded on its tokens (``rows``) the forward all-reduce is a reduce-scatter: each
+    rank normalises its ``T/t`` rows, and the backward, whose dY then covers those rows only, gathers
+    ``[dH | d·dS]`` (R+1 columns, the activation dtype; dS scaled by d into the latent's range) before
+    the GEMMs: the same R+1 columns each way as the all-reduce, in its two halves.
+
 ``SyncRMSNorm`` — the statistic in its own all-reduce (forward) and Σ dy·γ·x in another (backward).
 ``shard_rms_norm`` — each shard normalised by its own statistic (``norm = "local"``): no collective,
 NOT the dense model.
@@ -27,7 +32,12 @@ from __future__ import annotations
 
 import torch
 
-from boost.training.parallel.collectives import TPGroup, all_reduce_partial
+from boost.training.parallel.collectives import (
+    TPGroup,
+    all_gather_rows,
+    all_reduce_partial,
+    reduce_scatter_tokens,
+)
 from boost.training.parallel.latent_replay import next_replayed
 
 
@@ -46,7 +56,7 @@ def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
 
 class OnlineRMSNormDown(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x, gamma, weight, eps: float, dim: int, group: TPGroup):
+    def forward(ctx, x, gamma, weight, eps: float, dim: int, group: TPGroup, rows: bool = False):
         acc = _stat_dtype(x.dtype)
         replayed = next_replayed()  # low-rank AC's recompute: the kept result, no GEMM, no collective
         if replayed is not None:
@@ -58,11 +68,12 @@ class OnlineRMSNormDown(torch.autograd.Function):
             scale = torch.sqrt(s / x.shape[-1] + eps)  # (..., 1), > 0
             xs = _as(_as(x, acc) * _as(gamma, acc) / scale, x.dtype)
             h = _as(torch.matmul(xs, weight.t()), acc) * scale  # (..., R) partial sum
-            hm = all_reduce_partial(_as(torch.cat([h, s / dim], dim=-1), x.dtype), group)
+            reduce = reduce_scatter_tokens if rows else all_reduce_partial
+            hm = reduce(_as(torch.cat([h, s / dim], dim=-1), x.dtype), group)
         inv_rms = torch.rsqrt(_as(hm[..., -1:], acc) + eps)
         y = _as(_as(hm[..., :-1], acc) * inv_rms, x.dtype)
         ctx.save_for_backward(x, gamma, weight, y, inv_rms)
-        ctx.dim = dim
+        ctx.dim, ctx.group, ctx.rows = dim, group, rows
         return y
 
     @staticmethod
@@ -72,12 +83,16 @@ class OnlineRMSNormDown(torch.autograd.Function):
         dh = dy.to(acc) * inv_rms  # (..., R), identical on every rank
         # dL/dS through inv_rms = (S/d + ε)^-1/2; S = Σ_ranks s_i, so ds_i = dS on every rank.
         ds = -0.5 * (dy.to(acc) * y.to(acc)).sum(-1, keepdim=True) * inv_rms.pow(2) / ctx.dim
-        dh_act = dh.to(x.dtype)  # both GEMMs in the activation dtype, as in the forward
+        if ctx.rows:  # dy covers this rank's rows: every token's dH and dS gathered, in the GEMMs' dtype
+            both = all_gather_rows(_as(torch.cat([dh, ds * ctx.dim], dim=-1), x.dtype), ctx.group)
+            dh_act, ds = both[..., :-1], _as(both[..., -1:], acc) / ctx.dim
+        else:
+            dh_act = dh.to(x.dtype)  # both GEMMs in the activation dtype, as in the forward
         g = torch.matmul(dh_act, weight).to(acc)  # (..., d/t) = dL/d(γ·x)
         dx = g * gamma.to(acc) + 2.0 * x.to(acc) * ds
         dgamma = (g * x.to(acc)).reshape(-1, x.shape[-1]).sum(0)
-        dweight = dh_act.reshape(-1, dh.shape[-1]).t() @ (x * gamma).reshape(-1, x.shape[-1])
-        return dx.to(x.dtype), dgamma.to(gamma.dtype), dweight.to(weight.dtype), None, None, None
+        dweight = dh_act.reshape(-1, dh_act.shape[-1]).t() @ (x * gamma).reshape(-1, x.shape[-1])
+        return dx.to(x.dtype), dgamma.to(gamma.dtype), dweight.to(weight.dtype), None, None, None, None
 
 
 class SyncRMSNorm(torch.autograd.Function):

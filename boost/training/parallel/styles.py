@@ -14,11 +14,23 @@ DTensor's greedy per-op strategy would rather all-gather ``B`` and reduce-scatte
 (~6.7× the bytes); both syncs are therefore pinned: ``down``'s Partial output is redistributed to
 Replicate in its forward, and the latent feeding ``up`` is wrapped so that its Partial gradient is
 all-reduced right there, at width R.
+
+``sequence_parallel=True`` splits each all-reduce into its two halves and keeps the latent between them
+on this rank's ``T/t`` tokens (the ``[T, R]`` latent's rows), so that σ and LaX's crossing run on a
+``t``-th of the tokens instead of whole on every rank::
+
+    fwd   z_i = reduce_scatter(x A_iᵀ)   σ / crossing on z_i   z = all_gather(h_i)   y_i = z B_iᵀ
+    bwd   dh_i = reduce_scatter(dy_i B_i)   crossing backward on the rows   dz = all_gather(dz_i)
+
+The same bytes on the wire in two collectives; a crossing's norm and gate see a rank's tokens only, so
+their gradients are summed over the group (one small all-reduce a bottleneck), and LaX's carry stays on
+the rows, crossing to the next block with no collective. Needs the ``b·s`` tokens divisible by ``t``.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from collections.abc import Sequence
 
@@ -35,7 +47,13 @@ from torch.distributed.tensor import (
 )
 from torch.distributed.tensor.parallel import ParallelStyle
 
-from boost.training.parallel.collectives import all_reduce_grad_on_backward, group_name, row_parallel_down
+from boost.training.parallel.collectives import (
+    all_reduce_grad_on_backward,
+    gather_tokens,
+    group_name,
+    row_parallel_down,
+    summed_on_backward,
+)
 from boost.training.parallel.norms import OnlineRMSNormDown, SyncRMSNorm, shard_rms_norm
 from boost.training.rules import NORM_MODES, SHARD_LOCAL_NORM_WARNING, norm_is_shard_local, tp_shape_problem
 
@@ -200,6 +218,9 @@ class BoostParallelStyle(ParallelStyle):
             (default ``Shard(-1)``: the residual stream sharded on its hidden dim).
         output_layouts: placement of the d-wide outputs (default ``Shard(-1)``).
         use_local_output: return local tensors (default) or DTensors.
+        sequence_parallel: keep the latent on this rank's ``T/t`` tokens between a reduce-scatter and an
+            all-gather (module docstring); the modules between ``down`` and ``up`` may hold parameters
+            only if they are LaX crossings (``crossed`` / ``crossing_parameters``).
 
     Example (2 processes, gloo)::
 
@@ -207,6 +228,8 @@ class BoostParallelStyle(ParallelStyle):
         >>> block = nn.Sequential(nn.Linear(64, 16), nn.SiLU(), nn.Linear(16, 64))
         >>> parallelize_module(block, mesh, BoostParallelStyle())
         >>> y_local = block(x_local)          # x_local: this rank's [b, s, 32] slice of x
+        >>> sp_block = nn.Sequential(nn.Linear(64, 16), nn.SiLU(), nn.Linear(16, 64))
+        >>> parallelize_module(sp_block, mesh, BoostParallelStyle(sequence_parallel=True))  # σ on b·s/2 tokens
     """
 
     def __init__(
@@ -220,6 +243,7 @@ class BoostParallelStyle(ParallelStyle):
         input_layouts: Placement | None = None,
         output_layouts: Placement | None = None,
         use_local_output: bool = True,
+        sequence_parallel: bool = False,
     ):
         super().__init__()
         if norm is not None:
@@ -229,6 +253,7 @@ class BoostParallelStyle(ParallelStyle):
         self.input_layouts = input_layouts or Shard(-1)
         self.output_layouts = output_layouts or Shard(-1)
         self.use_local_output = use_local_output
+        self.sequence_parallel = sequence_parallel
 
     def _resolve(self, module: nn.Module) -> tuple[str, list[str]]:
         linears = [n for n, c in module.named_children() if isinstance(c, nn.Linear)]
@@ -264,6 +289,13 @@ class BoostParallelStyle(ParallelStyle):
         if norm is not None:
             _warn_if_shard_local(self.norm_mode, t)
             _divides("norm weight size", norm.weight.shape[0], t)
+        sp = self.sequence_parallel and t > 1  # one rank has no tokens to split
+        if sp and self.output_layouts not in (Shard(-1), Replicate()):
+            raise ValueError(
+                f"BoostParallelStyle(sequence_parallel=True): output_layouts = {self.output_layouts}; the outputs "
+                "are computed on the flat tokens and leave sharded on their last dim, Shard(-1), or Replicate()"
+            )
+        crossings = _latent_modules(module, [down, *up_units, norm]) if sp else []
 
         # Parameters: A on its input dim, B on its output dim, γ on d, biases where their outputs live.
         _shard_param(down, "weight", device_mesh, Shard(1))
@@ -275,32 +307,55 @@ class BoostParallelStyle(ParallelStyle):
         if norm is not None:
             _shard_param(norm, "weight", device_mesh, Shard(0))
 
+        group = group_name(device_mesh)
         _swap_forward(
-            down,
-            _down_forward,
-            norm=norm,
-            mode=self.norm_mode,
-            mesh=device_mesh,
-            group=group_name(device_mesh),
+            down, _down_forward, norm=norm, mode=self.norm_mode, mesh=device_mesh, group=group, rows=sp
         )
         if norm is not None:
             _swap_forward(norm, _identity_forward)
+        for crossing in crossings:
+            _swap_forward(crossing, _crossing_on_rows_forward, group=group)
+        if sp:
+            gather_output = functools.partial(_gather_output_rows, device_mesh, group)
+            gather_input = functools.partial(_gather_input_rows, device_mesh, group)
+        else:
+            gather_output, gather_input = _all_reduce_output_grad, _all_reduce_input_grad
         if self.latent is not None:
-            module.get_submodule(self.latent).register_forward_hook(_all_reduce_output_grad)
+            module.get_submodule(self.latent).register_forward_hook(gather_output)
         else:
             for n in up_names:
-                module.get_submodule(n).register_forward_pre_hook(_all_reduce_input_grad)
-        return distribute_module(
+                module.get_submodule(n).register_forward_pre_hook(gather_input)
+        module = distribute_module(
             module,
             device_mesh,
-            input_fn=functools.partial(_prepare_inputs, self.input_layouts),
+            input_fn=functools.partial(_prepare_inputs, self.input_layouts, sp),
             output_fn=functools.partial(_prepare_outputs, self.output_layouts, self.use_local_output),
         )
+        if sp:  # after distribute_module's output hook: a plain tensor's view, not a DTensor's (see the hook)
+            module.register_forward_hook(_tokens_as_input)
+        return module
 
 
 def _leaf_projections(module: nn.Module) -> list[nn.Module]:
     """The modules under ``module`` (itself included) that own an up-projection weight."""
     return [m for m in module.modules() if isinstance(getattr(m, "weight", None), torch.Tensor)]
+
+
+def _latent_modules(module: nn.Module, projections: list[nn.Module | None]) -> list[nn.Module]:
+    """Under ``sequence_parallel``, the modules with parameters of their own other than ``projections``: they
+    run on a rank's rows of the latent, which only a LaX crossing (its gradients summed) is written for."""
+    found = []
+    for name, sub in module.named_modules():
+        if any(sub is p for p in projections) or not any(True for _ in sub.parameters(recurse=False)):
+            continue
+        if not hasattr(sub, "crossed"):
+            raise ValueError(
+                f"BoostParallelStyle(sequence_parallel=True): {name or type(module).__name__!r} holds parameters "
+                "and would run on this rank's tokens only; keep parameters in the down- and up-projections "
+                "and the norm, or use sequence_parallel=False"
+            )
+        found.append(sub)
+    return found
 
 
 def _all_reduce_output_grad(module: nn.Module, args, out):
@@ -311,21 +366,72 @@ def _all_reduce_input_grad(module: nn.Module, args):
     return (all_reduce_grad_on_backward(args[0]), *args[1:])
 
 
-def _down_forward(down: nn.Linear, x: DTensor) -> DTensor:
-    """Row-parallel A (optionally after the sharded pre-norm): Partial over r, pinned to Replicate."""
-    norm, mode, mesh, group = down._btp_norm, down._btp_mode, down._btp_mesh, down._btp_group
+def _gather_output_rows(mesh: DeviceMesh, group: str, module: nn.Module, args, out):
+    return gather_tokens(out, mesh, group)
+
+
+def _gather_input_rows(mesh: DeviceMesh, group: str, module: nn.Module, args):
+    return (gather_tokens(args[0], mesh, group), *args[1:])
+
+
+def _tokens_as_input(module: nn.Module, args, outputs):
+    """The d-wide outputs, computed on the flat ``[T, ·]`` tokens, viewed as the input's ``[b, s, ·]``; the
+    carry (``T/t`` rows) left as it is. It runs on what the output hook hands on, local tensors by default:
+    a module compiled alone compiles its hooks as frames of their own, and a DTensor returned as a view of
+    its input cannot be replayed there (AOTAutograd's ``as_strided``, which DTensor refuses)."""
+    lead = args[0].shape[:-1]
+    tokens = math.prod(lead)
+
+    def view(t):
+        if isinstance(t, (tuple, list)):
+            return type(t)(view(v) for v in t)
+        if not isinstance(t, torch.Tensor) or t.ndim != 2 or t.shape[0] != tokens:
+            return t
+        if not isinstance(t, DTensor):
+            return t.view(*lead, t.shape[-1])
+        local, shape = t.to_local(), (*lead, t.shape[-1])
+        return DTensor.from_local(
+            local.view(*lead, local.shape[-1]),
+            t.device_mesh,
+            [Shard(len(lead)) if p.is_shard() else p for p in t.placements],  # the last dim, or Replicate
+            run_check=False,
+            shape=torch.Size(shape),
+            stride=tuple(math.prod(shape[i + 1 :]) for i in range(len(shape))),
+        )
+
+    return view(outputs)
+
+
+def _crossing_on_rows_forward(self: nn.Module, pre: torch.Tensor, carry: torch.Tensor | None = None):
+    """A LaX crossing on this rank's rows: its replicated norm and gate read locally, their gradients summed."""
+    params = self.crossing_parameters()
+    local = summed_on_backward(
+        [p.to_local() if isinstance(p, DTensor) else p for p in params.values()], self._btp_group
+    )
+    return self.crossed(pre, carry, dict(zip(params, local)))
+
+
+def _down_forward(down: nn.Linear, x: DTensor) -> torch.Tensor:
+    """Row-parallel A (optionally after the sharded pre-norm): Partial over r, pinned to Replicate, or
+    reduce-scattered to this rank's rows of the flat ``[T, R]`` latent (a local tensor) under ``rows``."""
+    norm, mode, mesh, group, rows = (
+        down._btp_norm,
+        down._btp_mode,
+        down._btp_mesh,
+        down._btp_group,
+        down._btp_rows,
+    )
+    xl = x.to_local().flatten(0, -2) if rows else x.to_local()
+    if rows and xl.shape[0] % mesh.size():
+        raise ValueError(
+            f"sequence_parallel: the latent's {xl.shape[0]} tokens (batch × sequence) split over {mesh.size()} "
+            "tensor-parallel ranks: make the sequence length a multiple of the TP degree"
+        )
     if norm is not None and mode == "online":
         y = OnlineRMSNormDown.apply(
-            x.to_local(),
-            norm.weight.to_local(),
-            down.weight.to_local(),
-            norm.eps,
-            norm.weight.shape[0],
-            group,
+            xl, norm.weight.to_local(), down.weight.to_local(), norm.eps, norm.weight.shape[0], group, rows
         )
-        y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
     else:
-        xl = x.to_local()
         if norm is not None:
             gamma = norm.weight.to_local()
             if mode == "sync":
@@ -334,22 +440,23 @@ def _down_forward(down: nn.Linear, x: DTensor) -> DTensor:
                 xl = shard_rms_norm(xl, gamma, norm.eps)
         # A's partial product and the forward all-reduce, r wide, pinned (DTensor would otherwise
         # pick its own strategy), as one Function: low-rank AC's recompute then skips the GEMM.
-        y = row_parallel_down(xl, down.weight.to_local(), group)
-        y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
-    if down.bias is not None:
-        y = y + down.bias
-    return y
+        y = row_parallel_down(xl, down.weight.to_local(), group, rows)
+    if rows:
+        return y if down.bias is None else y + summed_on_backward([down.bias.to_local()], group)[0]
+    y = DTensor.from_local(y, mesh, [Replicate()], run_check=False)
+    return y if down.bias is None else y + down.bias
 
 
 def _normalized(p: Placement, ndim: int) -> Placement:
     return Shard(p.dim % ndim) if isinstance(p, Shard) else p
 
 
-def _prepare_inputs(layout: Placement, module: nn.Module, inputs, device_mesh: DeviceMesh):
+def _prepare_inputs(layout: Placement, rows: bool, module: nn.Module, inputs, device_mesh: DeviceMesh):
     x, *rest = inputs
     x = _as_dtensor(x, device_mesh, layout, Shard(x.ndim - 1))
-    # A LaX carry is the previous bottleneck's replicated latent.
-    rest = [_as_dtensor(c, device_mesh, Replicate(), Replicate()) for c in rest]
+    # A LaX carry is the previous bottleneck's latent: replicated, or this rank's rows of it (a local tensor).
+    if not rows:
+        rest = [_as_dtensor(c, device_mesh, Replicate(), Replicate()) for c in rest]
     return (x, *rest)
 
 

@@ -10,6 +10,7 @@ Per layer and direction (b·s tokens, MHA shapes):
 scheme    forward collectives                          elements
 ========  ===========================================  ==========================
 btp       4 all-reduce: qkv 3r, o r, gate/up 2r, down r   7·r  (+2 norm statistics)
+btp, sp   4 reduce-scatter + 4 all-gather of the same      7·r each (+2 norm statistics)
 vanilla   7 all-reduce after every B (q k v o gate up down)  5d + 2f
 megatron  2 all-reduce (wo, w2)                          2d
 ========  ===========================================  ==========================
@@ -94,7 +95,9 @@ def apply_tp(
     check_tp_shapes(args, t, scheme)
     check_norm_mode(norm)  # norm = "local" is said where a norm is sharded: the BTP styles
     record = SCHEMES[scheme]
-    sp = sequence_parallel and record.sequence_parallel
+    # what sequence parallelism shards: the residual between blocks (megatron) or each latent (btp)
+    sp = sequence_parallel and record.sequence_parallel == "residual"
+    sp_latent = sequence_parallel and record.sequence_parallel == "latent"
     if record.shards_residual:
         problem = online_norm_problem(args.linear, scheme, norm, args.group_linears, t)
         if problem is not None:
@@ -102,7 +105,7 @@ def apply_tp(
             warnings.warn(
                 f'boost.norm = "online": {problem}. The ungrouped model runs norm = "sync"', stacklevel=2
             )
-        block_plan, edge_plan = btp_block_plan(args.grouped, norm), btp_edge_plan()
+        block_plan, edge_plan = btp_block_plan(args.grouped, norm, sp_latent), btp_edge_plan()
     else:
         block_plan, edge_plan = (
             replicated_residual_block_plan(record.low_rank, sp),
@@ -127,17 +130,20 @@ def apply_tp(
     return model
 
 
-def btp_block_plan(grouped: bool, norm: str) -> dict[str, ParallelStyle]:
+def btp_block_plan(grouped: bool, norm: str, sequence_parallel: bool = False) -> dict[str, ParallelStyle]:
     """One transformer block under BTP: every bottleneck a ``BoostParallelStyle`` (its collectives r wide).
 
     Grouped, each pre-norm lives inside the one down-projection that reads it (``wqkv``, ``w13``), where
     the online norm's statistic rides in that bottleneck's all-reduce. Ungrouped, several down-projections
     read a pre-norm, so it stands alone over the sharded hidden dim (``sync`` or ``local``).
+    ``sequence_parallel``: every latent on a rank's tokens between its reduce-scatter and all-gather.
     """
     # B's partial input-gradient is summed where the up-projections read the latent, apart from LaX's carry
-    writer = BoostParallelStyle(latent="up_input")
+    writer = BoostParallelStyle(latent="up_input", sequence_parallel=sequence_parallel)
     if grouped:
-        reader = BoostParallelStyle(latent="up_input", norm="norm", norm_mode=norm)
+        reader = BoostParallelStyle(
+            latent="up_input", norm="norm", norm_mode=norm, sequence_parallel=sequence_parallel
+        )
         return {
             "attention.wqkv": reader,
             "attention.wo": writer,
