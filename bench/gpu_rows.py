@@ -141,7 +141,7 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # LaX (the authors' gated, normalised crossing) against CoLA: the trainer's 1B and the 7B@16 rank
     TrainRow("trainer", "1B LaX", "1B", 1, LAX, 12, 6, 180),
     dry("7B", 16, "btp", 150, extra=LAX, label="lax"),
-    # the same with the crossing on a rank's tokens (bench.compiled_cost models it at ~1.2× CoLA's block)
+    # the same with the crossing on a rank's tokens (bench.compiled_cost: 1.17× CoLA's block, against 1.85×)
     dry("7B", 16, "btp", 150, extra=(*LAX, SEQUENCE_PARALLEL), label="lax sp"),
     # where a LaX step's extra time goes (GEMM, fused elementwise, ...): the 1B step split by kernel kind,
     # LaX beside CoLA on the same warm machine

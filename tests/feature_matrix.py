@@ -210,9 +210,9 @@ SUPPORTED: list[Row] = [
     Row("vanilla", False, "none", "fsdp×tp", lax=True),
     Row("vanilla", False, "full", "pp×tp", lax=True),
     # btp's sequence parallelism (each latent on a rank's tokens between a reduce-scatter and an all-gather):
-    # compiled low-rank AC keeping both halves, the eager replay of them, the carry's rows across stages,
-    # SimpleFSDP's gathered norm and gate read on a rank's rows
-    Row("btp", True, "lowrank", "tp", lax=True, sp=True),
+    # compiled low-rank AC keeping both halves, on a context-parallel rank's share of the window; the eager
+    # replay of them and the carry's rows across stages; SimpleFSDP's gathered norm and gate on a rank's rows
+    Row("btp", True, "lowrank", "cp×tp", lax=True, sp=True),
     Row("btp", False, "lowrank", "pp×tp", lax=True, sp=True),
     Row("btp", True, "none", "fsdp×tp", "bfloat16", fsdp="simple_fsdp", lax=True, sp=True),
 ]
