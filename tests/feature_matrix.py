@@ -196,7 +196,7 @@ SUPPORTED: list[Row] = [
     Row("megatron", True, "none", "tp", mask="block_causal"),
     # context parallelism: torch's ring over the CPU's SDPA kernel (causal), all-gathered keys and values
     # under the block-causal mask; every TP scheme at cp 2 × tp 2, cp 4, FSDP over dp_shard × cp, PP
-    Row("btp", True, "lowrank", "cp×tp"),
+    Row("btp", True, "lowrank", "cp×tp", lax=True, sp=True),  # LaX, each latent on a rank's tokens (below)
     Row("vanilla", False, "full", "cp×tp", mask="block_causal"),
     Row("megatron", True, "none", "cp×tp"),
     Row("btp", False, "none", "cp4", mask="block_causal"),
@@ -205,14 +205,13 @@ SUPPORTED: list[Row] = [
     # LaX (the authors' gated, normalised crossing) on each scheme and layout CoLA runs: its carry crosses
     # pipeline stages, its norm and gate are recomputed by low-rank AC, FSDP shards them, compile traces them
     Row("btp", True, "lowrank", "fsdp×tp", lax=True),
-    Row("btp", False, "lowrank", "pp×tp", lax=True),
     Row("vanilla", True, "full", "tp", lax=True),
     Row("vanilla", False, "none", "fsdp×tp", lax=True),
     Row("vanilla", False, "full", "pp×tp", lax=True),
     # btp's sequence parallelism (each latent on a rank's tokens between a reduce-scatter and an all-gather):
-    # compiled low-rank AC keeping both halves, on a context-parallel rank's share of the window; the eager
-    # replay of them and the carry's rows across stages; SimpleFSDP's gathered norm and gate on a rank's rows
-    Row("btp", True, "lowrank", "cp×tp", lax=True, sp=True),
+    # compiled low-rank AC keeping both halves, on a context-parallel rank's share of the window (the cp×tp
+    # row above); the eager replay of them and the carry's rows across stages; SimpleFSDP's gathered norm
+    # and gate read on a rank's rows
     Row("btp", False, "lowrank", "pp×tp", lax=True, sp=True),
     Row("btp", True, "none", "fsdp×tp", "bfloat16", fsdp="simple_fsdp", lax=True, sp=True),
 ]

@@ -175,10 +175,11 @@ def _ac_body(rank: int, world_size: int, kind: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["cola", "lax", "lax/sp"])
+@pytest.mark.parametrize("kind", ["cola", "lax/sp"])
 def test_lowrank_checkpointing_keeps_collectives_and_gradients_and_saves_memory(kind):
-    """LaX: its norms and gates are recomputed from the kept latents and the block's carry input, with
-    no collective either; under btp's sequence parallelism from both halves' kept results."""
+    """LaX under btp's sequence parallelism: its norms and gates are recomputed on a rank's rows from both
+    halves' kept results and the block's carry input, with no collective either (replicated, the crossing
+    issues none: CoLA's collectives)."""
     os.environ["MALLOC_MMAP_THRESHOLD_"] = (
         "65536"  # read by glibc as a spawned rank starts (see boost.runtime.memory)
     )

@@ -45,3 +45,15 @@ def test_fork_splits_as_torchtitan_does(schedule: str, stages_per_rank: int, v_s
             ours = _model_part(model, module_names[index])
             assert list(ours.state_dict()) == list(theirs.state_dict()), (pp_rank, index)
             assert [n for n, _ in ours.named_children()] == [n for n, _ in theirs.named_children()]
+
+
+def test_a_lax_carry_crosses_a_stage_whole_or_as_a_ranks_rows():
+    """What a pipeline stage declares for each LaX latent it hands on (``torchtitan_ext.infra.pipeline``): the
+    whole ``[b, s, w]``, or under btp's sequence parallelism this rank's rows ``[b·s/t, w]`` of the flat one."""
+    from boost.training.rules import SCHEMES
+
+    btp, vanilla = SCHEMES["btp"], SCHEMES["vanilla"]
+    assert btp.carry_shape(2, 16, 24, 4, sequence_parallel=False) == (2, 16, 24)
+    assert btp.carry_shape(2, 16, 24, 4, sequence_parallel=True) == (8, 24)
+    assert btp.carry_shape(2, 16, 24, 1, sequence_parallel=True) == (2, 16, 24)  # one rank: nothing split
+    assert vanilla.carry_shape(2, 16, 24, 4, sequence_parallel=True) == (2, 16, 24)  # no plan: whole

@@ -70,11 +70,14 @@ class BatchedUp(nn.Module):
         self.weight = nn.Parameter(torch.empty(groups, d_out, rank))
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
+        return self.project(u, self.weight)
+
+    def project(self, u: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """``u · weightᵀ`` per member (``weight``: this module's, or a view a plan hands in, e.g. its local shard)."""
         # u: (G, ..., r) -> (G, ..., d_out). Members first: each member's output is a contiguous
         # slice of one bmm, and unbinding it costs nothing in backward (selecting members out of
         # a (..., G, d_out) result would zero-fill a full-size gradient per member).
         g, r = u.shape[0], u.shape[-1]
-        weight = self.weight
         if torch.is_autocast_enabled(u.device.type):
             # Autocast casts inside the forward of a custom Function but never enters its backward, which
             # would meet the float32 weight it saved with a bfloat16 gradient. Cast here, in autograd's

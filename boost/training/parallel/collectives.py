@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Partial, Replicate
+from torch.distributed.tensor import DTensor, Replicate
 
 from boost.training.parallel.latent_replay import next_replayed, recorded
 
@@ -144,16 +144,16 @@ class _GatherTokens(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
-        # B's input-gradient: one partial sum per d_out shard, reduced and scattered back to the rows
+        # the up-projections' input-gradient: one partial sum per d_out shard, reduced and scattered to the rows
         return reduce_scatter_rows(grad, ctx.group), None
 
 
-def gather_tokens(rows: torch.Tensor, mesh: DeviceMesh, group: TPGroup) -> DTensor:
-    """This rank's ``[T/t, R]`` rows of the latent gathered into the whole ``[T, R]``, a Replicate DTensor
-    for the column-parallel up-projections; their Partial input-gradient is reduce-scattered back."""
-    whole = _GatherTokens.apply(rows, group)
-    # grad_placements: the Partial gradient reaches _GatherTokens unreduced (from_local would all-reduce it)
-    return DTensor.from_local(whole, mesh, [Replicate()], run_check=False, grad_placements=[Partial()])
+def gather_tokens(rows: torch.Tensor, group: TPGroup) -> torch.Tensor:
+    """This rank's ``[T/t, R]`` rows of the latent gathered into the whole ``[T, R]`` (a local tensor, which
+    the up-projections read with their local shards); backward reduce-scatters their partial
+    input-gradient back to the rows: one collective, unlike a Replicate DTensor, whose ``Partial`` gradient
+    ``DTensor.from_local`` would all-reduce first (torch ≥ 2.13's ``grad_placements`` aside)."""
+    return _GatherTokens.apply(rows, group)
 
 
 class _SummedOnBackward(torch.autograd.Function):

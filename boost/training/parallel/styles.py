@@ -220,7 +220,8 @@ class BoostParallelStyle(ParallelStyle):
         use_local_output: return local tensors (default) or DTensors.
         sequence_parallel: keep the latent on this rank's ``T/t`` tokens between a reduce-scatter and an
             all-gather (module docstring); the modules between ``down`` and ``up`` may hold parameters
-            only if they are LaX crossings (``crossed`` / ``crossing_parameters``).
+            only if they are LaX crossings (``crossed`` / ``crossing_parameters``), and each up-projection
+            is an ``nn.Linear`` or has ``project(u, weight)`` (it runs on its local shard).
 
     Example (2 processes, gloo)::
 
@@ -296,6 +297,13 @@ class BoostParallelStyle(ParallelStyle):
                 "are computed on the flat tokens and leave sharded on their last dim, Shard(-1), or Replicate()"
             )
         crossings = _latent_modules(module, [down, *up_units, norm]) if sp else []
+        if sp:
+            for unit in up_units:
+                if not isinstance(unit, nn.Linear) and not hasattr(unit, "project"):
+                    raise ValueError(
+                        f"BoostParallelStyle(sequence_parallel=True): the up-projection {type(unit).__name__} "
+                        "runs on its local shard, which an nn.Linear or a module with project(u, weight) can"
+                    )
 
         # Parameters: A on its input dim, B on its output dim, γ on d, biases where their outputs live.
         _shard_param(down, "weight", device_mesh, Shard(1))
@@ -315,9 +323,13 @@ class BoostParallelStyle(ParallelStyle):
             _swap_forward(norm, _identity_forward)
         for crossing in crossings:
             _swap_forward(crossing, _crossing_on_rows_forward, group=group)
-        if sp:
-            gather_output = functools.partial(_gather_output_rows, device_mesh, group)
-            gather_input = functools.partial(_gather_input_rows, device_mesh, group)
+        if sp:  # the gathered latent is a local tensor: the up-projections read it with their local shards
+            for unit in up_units:
+                _swap_forward(
+                    unit, _local_linear_forward if isinstance(unit, nn.Linear) else _local_project_forward
+                )
+            gather_output = functools.partial(_gather_output_rows, group)
+            gather_input = functools.partial(_gather_input_rows, group)
         else:
             gather_output, gather_input = _all_reduce_output_grad, _all_reduce_input_grad
         if self.latent is not None:
@@ -331,8 +343,10 @@ class BoostParallelStyle(ParallelStyle):
             input_fn=functools.partial(_prepare_inputs, self.input_layouts, sp),
             output_fn=functools.partial(_prepare_outputs, self.output_layouts, self.use_local_output),
         )
-        if sp:  # after distribute_module's output hook: a plain tensor's view, not a DTensor's (see the hook)
-            module.register_forward_hook(_tokens_as_input)
+        if sp:  # after distribute_module's output hook, which hands the local outputs on as they are
+            module.register_forward_hook(
+                functools.partial(_tokens_as_input, device_mesh, self.output_layouts, self.use_local_output)
+            )
         return module
 
 
@@ -366,38 +380,43 @@ def _all_reduce_input_grad(module: nn.Module, args):
     return (all_reduce_grad_on_backward(args[0]), *args[1:])
 
 
-def _gather_output_rows(mesh: DeviceMesh, group: str, module: nn.Module, args, out):
-    return gather_tokens(out, mesh, group)
+def _gather_output_rows(group: str, module: nn.Module, args, out):
+    return gather_tokens(out, group)
 
 
-def _gather_input_rows(mesh: DeviceMesh, group: str, module: nn.Module, args):
-    return (gather_tokens(args[0], mesh, group), *args[1:])
+def _gather_input_rows(group: str, module: nn.Module, args):
+    return (gather_tokens(args[0], group), *args[1:])
 
 
-def _tokens_as_input(module: nn.Module, args, outputs):
-    """The d-wide outputs, computed on the flat ``[T, ·]`` tokens, viewed as the input's ``[b, s, ·]``; the
-    carry (``T/t`` rows) left as it is. It runs on what the output hook hands on, local tensors by default:
-    a module compiled alone compiles its hooks as frames of their own, and a DTensor returned as a view of
-    its input cannot be replayed there (AOTAutograd's ``as_strided``, which DTensor refuses)."""
+def _local_linear_forward(self: nn.Linear, u: torch.Tensor) -> torch.Tensor:
+    """A column-parallel up-projection on the gathered (local) latent: its local rows of B, its bias shard."""
+    bias = self.bias.to_local() if self.bias is not None else None
+    return torch.nn.functional.linear(u, self.weight.to_local(), bias)
+
+
+def _local_project_forward(self: nn.Module, u: torch.Tensor) -> torch.Tensor:
+    return self.project(u, self.weight.to_local())
+
+
+def _tokens_as_input(mesh: DeviceMesh, layout: Placement, use_local: bool, module: nn.Module, args, outputs):
+    """The d-wide outputs, computed as local ``[T, n/t]`` tensors on the flat tokens, viewed as the input's
+    ``[b, s, n/t]`` and handed on in ``layout`` (``Shard(-1)``, or gathered ``Replicate``); the carry
+    (``T/t`` rows) left as it is."""
     lead = args[0].shape[:-1]
     tokens = math.prod(lead)
 
     def view(t):
         if isinstance(t, (tuple, list)):
             return type(t)(view(v) for v in t)
-        if not isinstance(t, torch.Tensor) or t.ndim != 2 or t.shape[0] != tokens:
+        if not isinstance(t, torch.Tensor) or isinstance(t, DTensor) or t.ndim != 2 or t.shape[0] != tokens:
             return t
-        if not isinstance(t, DTensor):
-            return t.view(*lead, t.shape[-1])
-        local, shape = t.to_local(), (*lead, t.shape[-1])
-        return DTensor.from_local(
-            local.view(*lead, local.shape[-1]),
-            t.device_mesh,
-            [Shard(len(lead)) if p.is_shard() else p for p in t.placements],  # the last dim, or Replicate
-            run_check=False,
-            shape=torch.Size(shape),
-            stride=tuple(math.prod(shape[i + 1 :]) for i in range(len(shape))),
-        )
+        local = t.view(*lead, t.shape[-1])
+        if use_local and layout == Shard(-1):
+            return local
+        out = DTensor.from_local(local, mesh, [Shard(local.ndim - 1)], run_check=False)
+        if layout == Replicate():
+            out = out.redistribute(mesh, [Replicate()])
+        return out.to_local() if use_local else out
 
     return view(outputs)
 
