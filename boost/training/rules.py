@@ -130,21 +130,26 @@ class TPScheme:
         self, batch: int, seq_len: int, dim: int, tp: int, sequence_parallel: bool
     ) -> tuple[int, int, int]:
         """The ``[b, s, d]`` residual stream on one rank, as it crosses a pipeline stage boundary."""
-        if tp > 1 and sequence_parallel and self.sequence_parallel == "residual":
+        if self.splits(sequence_parallel, tp, "residual"):
             return (batch, seq_len // tp, dim)
         return (batch, seq_len, self.residual_width(dim, tp))
+
+    def splits(self, sequence_parallel: bool, tp: int, what: str) -> bool:
+        """Whether a run with ``boost.sequence_parallel`` at TP degree ``tp`` splits ``what`` ("residual" or
+        "latent") over the sequence."""
+        return tp > 1 and sequence_parallel and self.sequence_parallel == what
 
     def latent_tokens(self, tokens: int, tp: int, sequence_parallel: bool) -> int:
         """The tokens of a micro-batch whose latents (σ, LaX's crossing) one rank computes: all of them,
         or its ``b·s/t`` rows under btp's sequence parallelism."""
-        return tokens // tp if tp > 1 and sequence_parallel and self.sequence_parallel == "latent" else tokens
+        return tokens // tp if self.splits(sequence_parallel, tp, "latent") else tokens
 
     def carry_shape(
         self, batch: int, seq_len: int, width: int, tp: int, sequence_parallel: bool
     ) -> tuple[int, ...]:
         """A LaX latent of ``width`` columns on one rank, as it crosses a pipeline stage boundary: whole
         ``[b, s, width]``, or this rank's rows ``[b·s/t, width]`` of the flat latent under btp's plan."""
-        if tp > 1 and sequence_parallel and self.sequence_parallel == "latent":
+        if self.splits(sequence_parallel, tp, "latent"):
             return (batch * seq_len // tp, width)
         return (batch, seq_len, width)
 

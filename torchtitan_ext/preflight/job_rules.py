@@ -290,8 +290,8 @@ def _sequence_parallel_sequence(ctx: JobContext, seq_len: int) -> str | None:
     """A sequence the validator runs, split over the TP ranks as training's is (``boost.sequence_parallel``)."""
     if not ctx.boost.sequence_parallel or ctx.tp == 1 or seq_len % ctx.tp == 0:
         return None
-    if rules.sequence_parallel_problem(True, ctx.boost.tp_scheme, seq_len, ctx.tp) is None:
-        return None
+    if rules.SCHEMES[ctx.boost.tp_scheme].sequence_parallel is None:
+        return None  # no plan: the boost.sequence_parallel row refuses the job
     return f"must be divisible by the TP degree {ctx.tp}: boost.sequence_parallel shards the sequence"
 
 
