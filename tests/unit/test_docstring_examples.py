@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 NEEDS_A_PROCESS_GROUP = {
     "boost.runtime.comm_counter",
     "boost.training.parallel.activation_checkpoint.apply_lowrank_ac",
-    "boost.training.parallel.styles.BoostParallelStyle",
+    "boost.training.parallel.bottleneck_style.BoostParallelStyle",
     "boost.training.parallel.tp_plans.apply_tp",
     "boost.runtime.process_exit",
 }

@@ -34,8 +34,8 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
+from boost.training.parallel.bottleneck_style import BoostParallelStyle
 from boost.training.parallel.styles import (
-    BoostParallelStyle,
     ReplicatedLatentParallel,
     ReplicatedParallel,
     ShardedRMSNormParallel,
@@ -96,8 +96,8 @@ def apply_tp(
     check_norm_mode(norm)  # norm = "local" is said where a norm is sharded: the BTP styles
     record = SCHEMES[scheme]
     # what sequence parallelism shards: the residual between blocks (megatron) or each latent (btp)
-    sp = sequence_parallel and record.sequence_parallel == "residual"
-    sp_latent = sequence_parallel and record.sequence_parallel == "latent"
+    sp = record.splits(sequence_parallel, t, "residual")
+    sp_latent = record.splits(sequence_parallel, t, "latent")
     if record.shards_residual:
         problem = online_norm_problem(args.linear, scheme, norm, args.group_linears, t)
         if problem is not None:
