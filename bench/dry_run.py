@@ -167,6 +167,7 @@ def predicted_bytes(config: dict, world_size: int, seq_len: int) -> float:
         cp=par.get("context_parallel_degree", 1),
         attn_type=boost.get("attn_type", "sdpa"),
         attn_mask_type=boost.get("attn_mask_type", "causal"),
+        sequence_parallel=boost.get("sequence_parallel", False),
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import runpy
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,8 @@ from boost.planning.layout_planner import main as plan_main
 from boost.planning.perf_model import (
     A100,
     H100,
+    TrainingLayout,
+    advise_micro_batch,
     collective_time,
     memory_per_gpu,
     model_args,
@@ -24,6 +27,7 @@ from boost.planning.perf_model import (
     predict_step_time,
     usable_bytes,
 )
+from boost.planning.perf_model.peak_memory import ACTIVATION_CALIBRATION
 from boost.training.model import flops_per_token
 
 # Cells the model cannot bring within 15% with one shared set of physical constants (the minimax
@@ -275,3 +279,45 @@ def test_btp_sequence_parallelism_moves_the_same_bytes_and_splits_the_latent_wor
     assert predict_step_time("7B", "btp", 1, 1, sequence_parallel=True, **run) == predict_step_time(
         "7B", "btp", 1, 1, **run
     )
+
+
+def test_sequence_parallelism_in_the_memory_model(tmp_path):
+    """btp: LaX's carry lives on a rank's rows (a tp-th of it), and low-rank AC keeps each bottleneck's
+    reduce-scattered rows beside its gathered latent; megatron: full AC's block input is a rank's tokens.
+    The micro-batch advice reads ``boost.sequence_parallel`` from the TOML."""
+    tp, T, layers = 4, 4 * 4096, 32
+    args = model_args("7B", "btp", linear="lax")
+    run = dict(micro_batch=4, seq_len=4096, num_microbatches=1, compiled=True, breakdown=True)
+
+    def activations(scheme: str, linear: str, ac: str, sp: bool) -> float:
+        peak = memory_per_gpu("7B", scheme, tp, 1, 4, ac, linear=linear, sequence_parallel=sp, **run)
+        return peak["activations"] / ACTIVATION_CALIBRATION
+
+    latent = 2 * T * 7 * args.rank  # bf16, 7 projections a block
+    # LaX under full AC: each block's carry shrinks to its rows
+    saved = activations("btp", "lax", "full", False) - activations("btp", "lax", "full", True)
+    assert saved == pytest.approx(layers * latent * (1 - 1 / tp), rel=1e-12)
+    # CoLA under low-rank AC: each block keeps its latents' rows as well
+    added = activations("btp", "cola", "lowrank", True) - activations("btp", "cola", "lowrank", False)
+    assert added == pytest.approx(layers * latent / tp, rel=1e-12)
+    # megatron under full AC: the block inputs and the live layer's norm and residual inputs, a tp-th
+    dense = model_args("7B", "megatron", linear="full")
+    saved = activations("megatron", "full", "full", False) - activations("megatron", "full", "full", True)
+    assert saved == pytest.approx((layers + 4) * 2 * T * dense.dim * (1 - 1 / tp), rel=1e-12)
+    # vanilla has no plan, and one rank has nothing to split
+    assert activations("vanilla", "lax", "full", True) == activations("vanilla", "lax", "full", False)
+    one = dict(run, micro_batch=1)
+    assert memory_per_gpu("1B", "btp", 1, 1, 1, "lowrank", linear="lax", sequence_parallel=True, **one) == (
+        memory_per_gpu("1B", "btp", 1, 1, 1, "lowrank", linear="lax", **one)
+    )
+    # the advice's layout reads the switch
+    toml = (Path(__file__).resolve().parents[2] / "train_configs" / "7B.toml").read_text()
+    assert "\nsequence_parallel" not in toml and 'linear = "cola"' in toml
+    kept = tmp_path / "7B_lax.toml"
+    kept.write_text(toml.replace('linear = "cola"', 'linear = "lax"', 1))
+    split = tmp_path / "7B_lax_sp.toml"
+    split.write_text(toml.replace('linear = "cola"', 'linear = "lax"\nsequence_parallel = true', 1))
+    split_layout, kept_layout = TrainingLayout.from_toml(split), TrainingLayout.from_toml(kept)
+    assert split_layout.sequence_parallel and not kept_layout.sequence_parallel
+    assert split_layout.peak(16, 4) < kept_layout.peak(16, 4)
+    assert "sequence parallel" in advise_micro_batch(split, 16, 80 * 2**30).report()

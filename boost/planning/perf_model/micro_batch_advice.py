@@ -78,6 +78,7 @@ class TrainingLayout:
     cp: int = 1  # parallelism.context_parallel_degree
     attn_type: str = "sdpa"
     attn_mask_type: str = "causal"
+    sequence_parallel: bool = False  # boost.sequence_parallel
 
     @classmethod
     def from_toml(cls, path: str | Path) -> TrainingLayout:
@@ -138,6 +139,7 @@ class TrainingLayout:
             cp=par.get("context_parallel_degree", 1),
             attn_type=boost.get("attn_type", defaults.attn_type),
             attn_mask_type=boost.get("attn_mask_type", defaults.attn_mask_type),
+            sequence_parallel=boost.get("sequence_parallel", defaults.sequence_parallel),
         )
 
     @property
@@ -185,6 +187,7 @@ class TrainingLayout:
             cp=self.cp,
             attn_type=self.attn_type,
             attn_mask_type=self.attn_mask_type,
+            sequence_parallel=self.sequence_parallel,
             breakdown=breakdown,
         )
 
@@ -227,6 +230,7 @@ class MicroBatchAdvice:
                 f"{l.scheme}, tp {l.tp}, pp {l.pp}, FSDP {l.fsdp_degree(self.gpus)}, AC {l.ac}, seq {l.seq_len}, "
                 f"{8 * l.dtype_bytes}-bit, {'compiled' if l.compiled else 'eager'}"
                 + (f", cp {l.cp}" if l.cp > 1 else "")
+                + (", sequence parallel" if l.sequence_parallel else "")
                 + (f", {l.num_microbatches} micro-batches per step" if l.pp > 1 else ""),
                 f"usable: {self.usable_bytes / GIB:.1f} GiB ({HEADROOM:.0%} of the GPU left for allocator "
                 f"fragmentation over a long run, compile workspace and the driver); each peak counts "

@@ -33,6 +33,11 @@ LaX                 the carried latents ``2·T·7r`` in ``a_keep`` under every A
                     makes them to the backward of the next); the H100's 7B@16 LaX rank reserved 23.39 GiB
                     at micro-batch 4 (2026-11-27) against the model's 25.6 (+9%; CoLA's 16.19 against
                     17.4, +7%)
+sequence parallel   ``boost.sequence_parallel``: btp's latent on a rank's ``T/tp`` tokens, so LaX's carry is
+                    ``2·(T/tp)·7r``, and the compiled or replayed low-rank AC keeps each bottleneck's
+                    reduce-scattered rows beside its gathered latent (``+2·(T/tp)·7r``); megatron's residual
+                    on ``T/tp`` tokens: full AC's block input and ``a_layer``'s norm and residual inputs
+                    are a ``tp``-th (its GEMMs still read the gathered ``T`` tokens)
 context parallel    ``a_layer`` adds the window's gathered keys and values, ``2·dtype·b·s·kv``
                     (``kv``: ``comm_volume.attention_kv_width``), the ring's fp32 dK|dV accumulators and
                     the buffer they rotate through (``2 · 4·2·T·kv``), or under a boolean mask its
@@ -111,6 +116,7 @@ def memory_per_gpu(
     cp: int = 1,
     attn_type: str = "sdpa",
     attn_mask_type: str = "causal",
+    sequence_parallel: bool = False,
     breakdown: bool = False,
 ) -> float | dict[str, float]:
     """Peak bytes on one GPU (module docstring's formulas). ``dp`` is the FSDP degree; ``dtype_bytes``
@@ -122,7 +128,8 @@ def memory_per_gpu(
     layer from its forward to its backward). ``breakdown=True``: the
     terms (``states``, ``unsharded``, ``activations``, ``logits``, ``workspace``) and their sum under
     ``"total"``. ``cp``: the context-parallel degree (a rank holds ``s/cp`` of each window, FSDP shards over
-    ``dp·cp``), with the attention's ``attn_type`` and ``attn_mask_type`` (what CP gathers)."""
+    ``dp·cp``), with the attention's ``attn_type`` and ``attn_mask_type`` (what CP gathers).
+    ``sequence_parallel``: ``boost.sequence_parallel`` (the scheme's plan: ``TPScheme.sequence_parallel``)."""
     if ac not in AC_MODES:
         raise ValueError(f"unknown activation_checkpoint {ac!r}; choose one of {AC_MODES}")
     args = model_args(flavor, scheme, vocab_size, linear, rank)
@@ -156,20 +163,28 @@ def memory_per_gpu(
         record.local(args.ffn_dim, tp),
     )
     gemm_inputs = sum(K * batch for _, K, _, batch in block_gemms(args, scheme, tp, T))
+    # the residual stream's tokens on a rank (megatron's sequence parallelism splits them), and the rows of
+    # each latent σ and LaX's crossing run on (btp's)
+    T_res = T // tp if record.splits(sequence_parallel, tp, "residual") else T
+    rows = record.latent_tokens(T, tp, sequence_parallel)
     a_layer = (
-        dtype_bytes * T * (gemm_inputs + 4 * heads * args.head_dim + 4 * d_res + 2 * f_local) + 4 * T * heads
+        dtype_bytes * (T * (gemm_inputs + 4 * heads * args.head_dim + 2 * f_local) + T_res * 4 * d_res)
+        + 4 * T * heads
     )
     carried = 0.0
     if KINDS[args.linear].latent_crossing:
-        # LaX: the latents a block hands the next (7r a token, whole on every rank), held from the block
-        # that makes them to the backward of the one that reads them, whatever the AC. (The crossing's
-        # own temporaries in a layer, ~4 more r-wide tensors a projection, are left to the calibration:
-        # with them the 7B@16 rank's LaX peak came out 2.3 GiB above the H100's 23.4.)
-        carried = dtype_bytes * T * 7 * args.rank
+        # LaX: the latents a block hands the next (7r a token, whole on every rank or its rows), held from
+        # the block that makes them to the backward of the one that reads them, whatever the AC. (The
+        # crossing's own temporaries in a layer, ~4 more r-wide tensors a projection, are left to the
+        # calibration: with them the 7B@16 rank's LaX peak came out 2.3 GiB above the H100's 23.4.)
+        carried = dtype_bytes * rows * 7 * args.rank
+    # low-rank AC keeps each bottleneck's latent, and under btp's sequence parallelism its rows as well
+    # (the reduce-scatter's output, from which the recompute runs σ without communication)
+    kept_rows = rows if rows < T else 0
     a_keep = {
         "none": a_layer,
-        "full": dtype_bytes * T * d_res,
-        "lowrank": dtype_bytes * T * (d_res + 7 * args.rank),
+        "full": dtype_bytes * T_res * d_res,
+        "lowrank": dtype_bytes * (T_res * d_res + (T + kept_rows) * 7 * args.rank),
     }[ac]
     a_keep += carried  # once a layer, in what every layer keeps (the live layer's is among them)
     if compiled and ac != "none":
