@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing
 import os
 import tempfile
@@ -30,6 +31,8 @@ PRELOAD = [
 
 
 def _worker(rank: int, world_size: int, init_file: str, fn, args, error_dir: str) -> None:
+    # a rank that dies on a signal (a heap corruption in a collective) leaves where it was, all threads
+    faulthandler.enable(open(os.path.join(error_dir, f"rank{rank}-signal.txt"), "w"), all_threads=True)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
@@ -64,5 +67,5 @@ def run_distributed(fn, world_size: int, *args, start_method: str = "forkserver"
             )
         except Exception as exc:
             reports = sorted(f for f in os.listdir(tmp) if f.startswith("rank"))
-            details = "\n".join(open(os.path.join(tmp, f)).read() for f in reports)
+            details = "\n".join(filter(None, (open(os.path.join(tmp, f)).read() for f in reports)))
             raise AssertionError(f"distributed test failed:\n{details or exc}") from None

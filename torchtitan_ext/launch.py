@@ -9,6 +9,10 @@ number (143 SIGTERM, 130 SIGINT); the ranks have said by then whether they saved
 torchrun waits 30 s for the ranks before SIGKILL; a rank bounds its own stop by ``boost.stop_grace_s``
 (``graceful_stop.py``), so the launcher waits longer unless told otherwise (``--shutdown-timeout`` or
 ``TORCH_ELASTIC_SHUTDOWN_TIMEOUT``).
+
+A rank that dies on a signal (a segfault or an abort in NCCL, gloo, CUDA or a compiled kernel) first
+prints every thread's Python stack (``PYTHONFAULTHANDLER``, which the ranks inherit, unless it is set):
+torchrun alone reports "exitcode: -11" and nothing of where.
 """
 
 import os
@@ -24,6 +28,7 @@ _SHUTDOWN_TIMEOUT_S = "3600"
 
 def main(argv: list[str]) -> int:
     os.environ.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", _SHUTDOWN_TIMEOUT_S)
+    os.environ.setdefault("PYTHONFAULTHANDLER", "1")
     try:
         torchrun.main(argv)  # torchrun's own, failure reports (@record) included
     except SignalException as e:

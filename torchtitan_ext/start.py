@@ -24,6 +24,7 @@ does not read its input files again. Started by torchrun directly, a rank checks
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import runpy
 import sys
@@ -108,6 +109,8 @@ def share_the_cores(processes: int) -> None:
 def _dry_run(train_module: str, argv: list[str], ngpu: int) -> int:
     """torchtitan's dry run, in this process: rank 0 of ``ngpu`` (its trainer still reads ``LOCAL_RANK``)."""
     os.environ.update(NGPU=str(ngpu), LOCAL_RANK="0", RANK="0")
+    # a fatal signal prints every thread's Python stack, as in torchrun's ranks (torchtitan_ext.launch)
+    faulthandler.enable(all_threads=True)
     sys.argv = [train_module, *argv]
     runpy.run_module(train_module, run_name="__main__", alter_sys=True)
     return 0

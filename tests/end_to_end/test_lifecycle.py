@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -254,3 +255,29 @@ def test_ctrl_c_stops_cleanly_and_a_second_one_at_once(tmp_path, straight):
     assert _complete(tmp_path / "twice") == before == {2}
     # torchrun turns the second Ctrl-C into SIGTERM for its ranks
     assert "stopped at once, without a checkpoint" in console.read_text()
+
+
+@pytest.mark.slow
+def test_a_rank_that_dies_on_a_signal_prints_where_it_was(tmp_path):
+    # A segfault or an abort in NCCL, gloo, CUDA or a compiled kernel ends a rank with no Python
+    # traceback; torchrun alone reports "exitcode -11". The rank's Python stack says where it was.
+    env = dict(
+        os.environ,
+        NGPU="1",
+        TRAIN_FILE="tests.end_to_end.native_crash_rank",
+        PYTHON=sys.executable,
+        BOOST_CACHE=str(tmp_path / "boost-cache"),
+    )
+    env.pop("PYTHONFAULTHANDLER", None)
+    proc = subprocess.run(
+        ["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), *COMMON],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    assert "Fatal Python error: Segmentation fault" in out, out[-3000:]
+    assert re.search(r'File ".*native_crash_rank.py", line \d+ in fault_in_native_code', out), out[-3000:]
