@@ -52,7 +52,7 @@ def _rank(argv: list[str], env: dict[str, str], log: str, threads: int) -> None:
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         os.close(fd)
-        faulthandler.enable(all_threads=True)  # as run_train.sh's ranks (torchtitan_ext.start): into the log
+        faulthandler.enable(all_threads=True)  # as run_train.sh's ranks (torchtitan_ext.launch): into the log
         os.environ.update(env)
         # the start-up line's clock (one per process, made at the server's import): from this fork,
         # whose kernel start time is now, with nothing left to import
