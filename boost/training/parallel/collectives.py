@@ -13,7 +13,8 @@ With the latent sharded on its tokens (``BoostParallelStyle(sequence_parallel=Tr
 split into its two halves, the latent living between them on a rank's ``T/t`` tokens (rows of a
 ``[T, R]`` latent: contiguous, so neither half copies)::
 
-``reduce_scatter_tokens``        forward half: a rank's partial sums reduced, its rows kept (recorded)
+``reduce_scatter_rows``          forward half: a rank's partial sums reduced, its rows kept (recorded where
+                                 ``row_parallel_down`` calls it)
 ``gather_tokens``                second half: the rows gathered whole before ``B`` (recorded); backward
                                  reduce-scatters ``B``'s partial input-gradient to the rank's rows
 ``row_parallel_down(rows=True)`` the down-projection with the first half; backward gathers ``dy``
@@ -28,7 +29,7 @@ import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.tensor import DTensor, Replicate
 
-from boost.training.parallel.latent_replay import next_replayed, recorded
+from boost.training.parallel.latent_replay import replayed_or_recorded
 
 # A 1-D tensor-parallel group: a DeviceMesh, or its process group's name. The styles pass the name:
 # a DeviceMesh handed to an autograd Function becomes an opaque graph input under torch.compile,
@@ -78,11 +79,8 @@ class _RowParallelDown(torch.autograd.Function):
     def forward(ctx, x: torch.Tensor, weight: torch.Tensor, group: TPGroup, rows: bool) -> torch.Tensor:
         ctx.save_for_backward(x, weight)
         ctx.group, ctx.rows = group, rows
-        replayed = next_replayed()
-        if replayed is not None:
-            return replayed
-        reduce = reduce_scatter_tokens if rows else all_reduce_partial
-        return reduce(torch.matmul(x, weight.t()), group)
+        reduce = reduce_scatter_rows if rows else all_reduce_sum
+        return replayed_or_recorded(lambda: reduce(torch.matmul(x, weight.t()), group))
 
     @staticmethod
     def backward(ctx, dy: torch.Tensor):
@@ -103,20 +101,14 @@ def row_parallel_down(
 
 
 def all_reduce_partial(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
-    """Sum a local tensor over a 1-D group (functional collective: traceable by torch.compile)."""
-    replayed = next_replayed()
-    if replayed is not None:
-        return replayed
-    return recorded(funcol.wait_tensor(funcol.all_reduce(x, "sum", _funcol_group(group))))
+    """Sum a local tensor over a 1-D group (functional collective: traceable by torch.compile); recorded
+    for, and replayed in, low-rank AC's recompute."""
+    return replayed_or_recorded(lambda: all_reduce_sum(x, group))
 
 
-def reduce_scatter_tokens(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
-    """Sum a local ``[T, n]`` tensor over a 1-D group and keep this rank's ``T/t`` rows (recorded and
-    replayed as ``all_reduce_partial`` is)."""
-    replayed = next_replayed()
-    if replayed is not None:
-        return replayed
-    return recorded(reduce_scatter_rows(x, group))
+def all_reduce_sum(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
+    """Sum a local tensor over the group (not recorded)."""
+    return funcol.wait_tensor(funcol.all_reduce(x, "sum", _funcol_group(group)))
 
 
 def reduce_scatter_rows(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
@@ -137,10 +129,7 @@ class _GatherTokens(torch.autograd.Function):
     @staticmethod
     def forward(ctx, rows: torch.Tensor, group: TPGroup) -> torch.Tensor:
         ctx.group = group
-        replayed = next_replayed()
-        if replayed is not None:
-            return replayed
-        return recorded(all_gather_rows(rows, group))
+        return replayed_or_recorded(lambda: all_gather_rows(rows, group))
 
     @staticmethod
     def backward(ctx, grad: torch.Tensor):
@@ -165,7 +154,7 @@ class _SummedOnBackward(torch.autograd.Function):
     @staticmethod
     def backward(ctx, *grads: torch.Tensor):
         flat = torch.cat([g.reshape(-1) for g in grads])
-        summed = funcol.wait_tensor(funcol.all_reduce(flat, "sum", _funcol_group(ctx.group)))
+        summed = all_reduce_sum(flat, ctx.group)
         # (autograd hands a Function zeros, not None, for an output that had no gradient)
         parts = summed.split([g.numel() for g in grads])
         return (None, *(s.view_as(g).to(g.dtype) for s, g in zip(parts, grads)))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from collections.abc import Callable
 
 import torch
 
@@ -29,6 +30,13 @@ def recorded(result):
     if record is not None:
         record.append([t.detach() for t in result] if isinstance(result, list) else result.detach())
     return result
+
+
+def replayed_or_recorded(run: Callable[[], torch.Tensor]) -> torch.Tensor:
+    """Under low-rank AC's recompute, the next recorded result, with ``run`` not called (no collective, and
+    no GEMM where ``run`` computes its input); else ``run()``'s result, recorded when recording."""
+    replayed = next_replayed()
+    return replayed if replayed is not None else recorded(run())
 
 
 @contextlib.contextmanager

@@ -36,9 +36,10 @@ from boost.training.parallel.collectives import (
     TPGroup,
     all_gather_rows,
     all_reduce_partial,
-    reduce_scatter_tokens,
+    all_reduce_sum,
+    reduce_scatter_rows,
 )
-from boost.training.parallel.latent_replay import next_replayed
+from boost.training.parallel.latent_replay import replayed_or_recorded
 
 
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -58,18 +59,19 @@ class OnlineRMSNormDown(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, gamma, weight, eps: float, dim: int, group: TPGroup, rows: bool = False):
         acc = _stat_dtype(x.dtype)
-        replayed = next_replayed()  # low-rank AC's recompute: the kept result, no GEMM, no collective
-        if replayed is not None:
-            hm = replayed
-        else:
+
+        def partial_sums_reduced() -> torch.Tensor:
             s = _as(x, acc).pow(2).sum(-1, keepdim=True)  # (..., 1)
             # The GEMM runs in the activation dtype on a well-scaled input (the shard's own RMS
             # taken out, put back in fp32 after): bf16 tensor-core speed without an fp32 GEMM.
             scale = torch.sqrt(s / x.shape[-1] + eps)  # (..., 1), > 0
             xs = _as(_as(x, acc) * _as(gamma, acc) / scale, x.dtype)
             h = _as(torch.matmul(xs, weight.t()), acc) * scale  # (..., R) partial sum
-            reduce = reduce_scatter_tokens if rows else all_reduce_partial
-            hm = reduce(_as(torch.cat([h, s / dim], dim=-1), x.dtype), group)
+            reduce = reduce_scatter_rows if rows else all_reduce_sum
+            return reduce(_as(torch.cat([h, s / dim], dim=-1), x.dtype), group)
+
+        # low-rank AC's recompute: the kept result, no GEMM, no collective
+        hm = replayed_or_recorded(partial_sums_reduced)
         inv_rms = torch.rsqrt(_as(hm[..., -1:], acc) + eps)
         y = _as(_as(hm[..., :-1], acc) * inv_rms, x.dtype)
         ctx.save_for_backward(x, gamma, weight, y, inv_rms)
