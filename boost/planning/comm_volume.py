@@ -16,13 +16,8 @@ Example::
 
 from __future__ import annotations
 
-from boost.training.rules import (
-    ATTENTION_KINDS,
-    KINDS,
-    SCHEMES,
-    context_parallel_path,
-    most_balanced_factor_pair,
-)
+from boost.training.model.args import lax_gate_params
+from boost.training.rules import ATTENTION_KINDS, KINDS, SCHEMES, context_parallel_path
 
 Volume = dict[str, tuple[int, int]]  # collective kind -> (count, elements)
 # one entry per collective: (kind, columns per token) or (kind, columns per token, elements besides)
@@ -48,17 +43,9 @@ def _bottleneck(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, 
     backward = [("reduce_scatter", w) for w in ups] + [("all_gather", w) for w in downs] + stats
     if KINDS[args.linear].latent_crossing:
         members = [3, 2] if args.grouped else [1] * 5
-        per_member = r * 2 + _gate_parameters(args.lax_gate, r)
+        per_member = r * 2 + lax_gate_params(r, args.lax_gate)
         backward += [("all_reduce", 0, m * per_member) for m in [*members, 1, 1]]
     return forward, backward
-
-
-def _gate_parameters(gate: str, r: int) -> int:
-    """A LaX gate's parameters for one member of rank ``r`` (``boost.training.model.latent_crossing``)."""
-    if gate == "tensorized":
-        a, b = most_balanced_factor_pair(r)
-        return a * a + b * b
-    return r * r + r if gate == "linear" else 0
 
 
 def _rank_sharded(args, norm: str, sequence_parallel: bool) -> tuple[Collectives, Collectives]:

@@ -161,6 +161,15 @@ def lax_gate_macs(rank: int, gate: str) -> int:
     return rank * rank if gate == "linear" else 0
 
 
+def lax_gate_params(rank: int, gate: str) -> int:
+    """Parameters of one member's LaX gate: ``a² + b²`` for the tensorized pair (``r = a·b``), ``r² + r`` for
+    the linear gate, none for the identity."""
+    if gate == "tensorized":
+        a, b = most_balanced_factor_pair(rank)
+        return a * a + b * b
+    return rank * rank + rank if gate == "linear" else 0
+
+
 def crossing_layers(args: ModelArgs) -> int:
     """Blocks whose seven projections cross the previous block's latents: every block but the first, under LaX."""
     return args.n_layers - 1 if KINDS[args.linear].latent_crossing else 0
@@ -169,9 +178,7 @@ def crossing_layers(args: ModelArgs) -> int:
 def crossing_params(args: ModelArgs) -> int:
     """LaX's norms (2r) and gates (tensorized ``a² + b²``, linear ``r² + r``) over the model."""
     r = args.rank
-    a, b = most_balanced_factor_pair(r)
-    gate = {"tensorized": a * a + b * b, "linear": r * r + r, "none": 0}[args.lax_gate]
-    return crossing_layers(args) * 7 * (2 * r + gate)
+    return crossing_layers(args) * 7 * (2 * r + lax_gate_params(r, args.lax_gate))
 
 
 def matmul_params(args: ModelArgs) -> int:
