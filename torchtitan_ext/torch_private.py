@@ -29,7 +29,8 @@ BOOST issues those semantics on every torch (no public API replaces a registered
 functional collectives' reduce-scatter, and the functional all-gather (btp's sequence parallelism gathers
 each latent's rows: this rank's rows repeated, as torch ≥ 2.13 fills it), under each name the torch at hand
 has (``*_tensor``; ``*_single`` from 2.13), resolving a functional group with ``funcol._resolve_group_name``
-and ``distributed_c10d._resolve_process_group``. BOOST issues no scatter or all-to-all.
+and ``distributed_c10d._resolve_process_group`` (the latter behind ``torch.compiler.assume_constant_result``:
+dynamo cannot trace it, and a compiled block's gathers meet it). BOOST issues no scatter or all-to-all.
 
 ``torch._inductor.config.bucket_all_gathers_fx`` / ``bucket_reduce_scatters_fx``
 (``merge_fsdp_collectives_in_compiled_graphs``): inductor's merging of a compiled graph's FSDP
@@ -259,21 +260,34 @@ def fill_fake_collective_outputs() -> None:
                 output.copy_(input_list[dist.get_rank(group)])
         return work
 
-    def fill_if_fake(output, group, tag, fill):
-        """``output``, or on a fake group ``fill(rank, size)`` copied into it (its wait first)."""
-        process_group = dist.distributed_c10d._resolve_process_group(funcol._resolve_group_name(group, tag))
+    @torch.compiler.assume_constant_result
+    def fake_rank_and_size(group_name: str) -> tuple[int, int] | None:
+        """This rank's place in the named group and its size where the group is the fake backend's, else
+        None. Inside a compiled block (btp's sequence parallelism gathers and reduce-scatters there) dynamo
+        cannot trace ``_resolve_process_group``, a pybind function: it calls this once as it traces and
+        bakes the answer into the graph (``fullgraph`` allows no break). A group's name, backend, rank and
+        size never change while its process group lives."""
+        process_group = dist.distributed_c10d._resolve_process_group(group_name)
         if not fake(process_group):
+            return None
+        return dist.get_rank(process_group), dist.get_world_size(process_group)
+
+    def fill_if_fake(output, group, tag, fill):
+        """``output``, or on a fake group ``fill(rank, size)`` in its place, a new tensor (the collective
+        waited for first). Not written into ``output``: activation checkpointing may have cached that
+        tensor, and a selective policy's cache refuses a tensor mutated after it was stored."""
+        place = fake_rank_and_size(funcol._resolve_group_name(group, tag))
+        if place is None:
             return output
-        output = funcol.wait_tensor(output)
+        funcol.wait_tensor(output)
         with torch.no_grad():
-            output.copy_(fill(dist.get_rank(process_group), dist.get_world_size(process_group)))
-        return output
+            return fill(*place)
 
     def functional_reduce_scatter_filled(original):
         def filled(self, reduceOp, scatter_dim, group, tag=""):
             output = original(self, reduceOp, scatter_dim, group, tag)
             return fill_if_fake(
-                output, group, tag, lambda rank, size: self.chunk(size, dim=scatter_dim)[rank]
+                output, group, tag, lambda rank, size: self.chunk(size, dim=scatter_dim)[rank].clone()
             )
 
         return filled

@@ -48,3 +48,32 @@ def test_fake_reduce_scatters_fill_their_outputs_with_this_ranks_chunk():
         dist.destroy_process_group()
         for (module, name), original in zip(WRAPPED, originals, strict=True):
             setattr(module, name, original)
+
+
+def test_the_fills_trace_into_a_compiled_block():
+    """btp's sequence parallelism gathers and reduce-scatters each latent's rows inside the compiled
+    blocks, which torchtitan compiles whole (``fullgraph``). On torch 2.11 the fills' process-group lookup,
+    a pybind function dynamo cannot trace, refused the 7B@16 sequence-parallel dry runs on the H100
+    (2026-11-27); compiled, the fills give what they give eagerly, this rank's chunk (tp rank 1 here)."""
+    from boost.training.parallel.collectives import all_gather_rows, group_name, reduce_scatter_rows
+
+    originals = [getattr(module, name) for module, name in WRAPPED]
+    dist.init_process_group("fake", store=FakeStore(), rank=3, world_size=4)
+    try:
+        fill_fake_collective_outputs()
+        tp = group_name(init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))["tp"])
+
+        def rows(y):
+            return reduce_scatter_rows(y, tp), all_gather_rows(y, tp)
+
+        y = torch.arange(4 * 3, dtype=torch.float32).reshape(4, 3)
+        eager = rows(y)
+        compiled = torch.compile(rows, backend="aot_eager", fullgraph=True)(y)
+        assert torch.equal(eager[0], y[2:]) and torch.equal(eager[1], torch.cat([y, y]))
+        for got, want in zip(compiled, eager, strict=True):
+            assert torch.equal(got, want)
+    finally:
+        dist.destroy_process_group()
+        for (module, name), original in zip(WRAPPED, originals, strict=True):
+            setattr(module, name, original)
+        torch._dynamo.reset()
