@@ -10,7 +10,9 @@ import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
+from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
 
+from boost.training.parallel.activation_checkpoint import KEPT_COLLECTIVES
 from torchtitan_ext.torch_private import fake_filled_functional, fill_fake_collective_outputs
 
 # the functional ones where the torch's fake backend does not fill them itself (2.11: the compatibility tier)
@@ -72,6 +74,19 @@ def test_the_fills_trace_into_a_compiled_block():
         assert torch.equal(eager[0], y[2:]) and torch.equal(eager[1], torch.cat([y, y]))
         for got, want in zip(compiled, eager, strict=True):
             assert torch.equal(got, want)
+        # low-rank AC keeps the collectives' outputs and recomputes the rest in backward; its cache refuses
+        # a kept tensor written after it was stored (the fill once was, on torch 2.11)
+        kept = create_selective_checkpoint_contexts(
+            lambda ctx, op, *args, **kwargs: (
+                CheckpointPolicy.MUST_SAVE if op in KEPT_COLLECTIVES else CheckpointPolicy.PREFER_RECOMPUTE
+            )
+        )
+        x = y.clone().requires_grad_()
+        loss = checkpoint(
+            lambda x: (rows(x * 2)[0] ** 2).sum(), x, use_reentrant=False, context_fn=lambda: kept
+        )
+        loss.backward()
+        assert torch.isfinite(x.grad).all()
     finally:
         dist.destroy_process_group()
         for (module, name), original in zip(WRAPPED, originals, strict=True):
