@@ -13,7 +13,8 @@ Rows (``bench.gpu_rows.ROWS``, run in that order, each in its own process):
   and megatron with ``fsdp_reshard_after_forward`` "default" (the TOMLs': "never"),
   7B@16 btp at the planner's micro-batch 20, 13B@8 and 30B@16 (pipeline) for btp, 10 steps, steps 3–10
   steady (a row that fails after logging steady steps keeps their figures, marked failed);
-- kernel split: ``bench.kernel_split`` for the 1B CoLA, LaX (beside CoLA, after the LaX rows) and dense step
+- kernel split: ``bench.kernel_split`` for the 1B CoLA, LaX in both gate forms (beside CoLA, after the LaX
+  rows) and dense step
   (3 warm-up, 5 timed, 2 profiled).
 
 Time: the rows start in seconds of CPU work each (imports, the seeded init, compilation) before a
@@ -128,7 +129,8 @@ def measure(
     keep_log: Path | None = None,
 ) -> Result:
     """Run one row (``env`` added to its environment); a failure or a timeout is a Result with the log's
-    last error line, never an exception. ``keep_log``: where the row's whole output is copied."""
+    last error line, never an exception. ``keep_log``: where the row's whole output is copied (a kernel
+    row's result too, every kernel's time, beside it as ``.json``)."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpu_report_") as tmp:
         log_path, result_path = Path(tmp) / "log.txt", Path(tmp) / "result.json"
@@ -145,6 +147,8 @@ def measure(
         seconds = time.monotonic() - start
         if keep_log is not None:
             keep_log.write_text(log)
+            if result_path.exists():
+                keep_log.with_suffix(".json").write_text(result_path.read_text())
         if code is None:
             return Result(
                 row, "timed out", seconds, f"after {timeout_s:.0f} s; {train_log.last_error_line(log)}"
@@ -170,7 +174,7 @@ def measure(
 def run_rows(rows: list, budget_s: float, env: dict[str, str], keep_logs: Path | None = None) -> list[Result]:
     """Each row in turn within ``budget_s``: a row gets at most what is left, and none starts with
     less than :data:`LEAST_S` left (it would only time out). ``keep_logs``: a folder that gets each
-    row's output as ``<row name>.log``."""
+    row's output as ``<section>_<row name>.log`` (a trainer row and a kernel row may share a name)."""
     started = time.monotonic()
     results = []
     for row in rows:
@@ -178,7 +182,11 @@ def run_rows(rows: list, budget_s: float, env: dict[str, str], keep_logs: Path |
         if left < LEAST_S:
             results.append(Result(row, "not run", error=f"the {budget_s:.0f} s budget was spent"))
             continue
-        log = keep_logs / (re.sub(r"[^A-Za-z0-9.]+", "_", row.name) + ".log") if keep_logs else None
+        log = (
+            keep_logs / (re.sub(r"[^A-Za-z0-9.]+", "_", f"{row.section} {row.name}") + ".log")
+            if keep_logs
+            else None
+        )
         result = measure(row, min(row.timeout_s, left), env, log)
         print(
             f"{row.section}: {row.name}: {result.status} in {result.seconds:.0f} s {result.error}", flush=True

@@ -15,6 +15,8 @@ GOALS = (
     ("trainer: 1B CoLA / dense tokens/s", ("1B CoLA", "1B dense"), "ratio", 1.6),
     ("trainer: 1B LaX step / CoLA step", ("1B LaX", "1B CoLA"), "cost", 1.05),
     ("7B@16 btp: LaX step / CoLA step", ("7B@16 btp lax", "7B@16 btp"), "cost", 1.05),
+    ("trainer: 1B LaX kron step / CoLA step", ("1B LaX kron", "1B CoLA"), "cost", 1.05),
+    ("7B@16 btp: LaX kron step / CoLA step", ("7B@16 btp lax kron", "7B@16 btp"), "cost", 1.05),
 )
 
 

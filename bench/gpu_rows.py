@@ -42,6 +42,7 @@ RESHARD_DEFAULT = ("--parallelism.fsdp_reshard_after_forward", "default")
 SIMPLE_FSDP = ("--boost.fsdp", "simple_fsdp", *RESHARD_DEFAULT)
 CUDAGRAPHS = "--boost.cudagraphs"  # the compiled blocks replayed as CUDA graphs (inert on a CPU)
 LAX = ("--boost.linear", "lax")  # the TOMLs' CoLA with LaX's crossing (each TOML header's lax line)
+LAX_KRON = (*LAX, "--boost.lax_gate_form", "kron")  # its tensorized gate as one [r, r] GEMM a projection
 # btp's sequence parallelism: each latent (σ, LaX's crossing) on a rank's b·s/t tokens, not whole on every rank
 SEQUENCE_PARALLEL = "--boost.sequence_parallel"
 FLEX = (
@@ -141,12 +142,18 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # LaX (the authors' gated, normalised crossing) against CoLA: the trainer's 1B and the 7B@16 rank
     TrainRow("trainer", "1B LaX", "1B", 1, LAX, 12, 6, 180),
     dry("7B", 16, "btp", 150, extra=LAX, label="lax"),
-    # the same with the crossing on a rank's tokens (bench.compiled_cost: 1.17× CoLA's block, against 1.85×)
-    dry("7B", 16, "btp", 150, extra=(*LAX, SEQUENCE_PARALLEL), label="lax sp"),
+    # the gate's kron form: on the 2026-11-27 H100 the factored gate's small GEMMs took 50 of the 1B LaX
+    # step's extra 81 ms (the kernel split below)
+    TrainRow("trainer", "1B LaX kron", "1B", 1, LAX_KRON, 12, 6, 180),
+    dry("7B", 16, "btp", 150, extra=LAX_KRON, label="lax kron"),
     # where a LaX step's extra time goes (GEMM, fused elementwise, ...): the 1B step split by kernel kind,
-    # LaX beside CoLA on the same warm machine
+    # LaX beside CoLA on the same warm machine, each form of the gate
     KernelRow("1B CoLA", ("--linear", "cola"), 150),
     KernelRow("1B LaX", ("--linear", "lax"), 150),
+    KernelRow("1B LaX kron", ("--linear", "lax", "--lax-gate-form", "kron"), 150),
+    # the crossing on a rank's tokens (bench.compiled_cost: 1.17× CoLA's block, against 1.85×; the
+    # 2026-11-27 H100: 0.92× the LaX rank's tokens/s, the rank host-bound)
+    dry("7B", 16, "btp", 150, extra=(*LAX, SEQUENCE_PARALLEL), label="lax sp"),
     TrainRow("trainer", "1B dense cudagraphs", "1B", 1, (*DENSE, CUDAGRAPHS), 12, 6, 180),
     # the TOMLs' fsdp_reshard_after_forward = "never" measured the other way, for both schemes
     dry("7B", 16, "btp", 150, extra=RESHARD_DEFAULT, label="reshard default"),

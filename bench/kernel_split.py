@@ -72,6 +72,7 @@ def profile_step(
     profiled: int,
     backend: str,
     autocast: bool,
+    lax_gate_form: str = "factored",
 ) -> dict:
     """Build, compile and run the step; its wall time and the profiled kernels' times (µs per step)."""
     import torch
@@ -85,7 +86,9 @@ def profile_step(
         import torch._inductor.config as inductor_config
 
         inductor_config.cpp.enable_kernel_profile = True  # inductor's C++ kernels as named profiler events
-    args = ModelArgs.from_flavor(flavor, linear=linear, vocab_size=32000, max_seq_len=seq)
+    args = ModelArgs.from_flavor(
+        flavor, linear=linear, vocab_size=32000, max_seq_len=seq, lax_gate_form=lax_gate_form
+    )
     with torch.device("meta"):
         model = Transformer(args)
     model.to_empty(device=device)
@@ -130,6 +133,7 @@ def profile_step(
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
     return dict(
         linear=linear,
+        lax_gate_form=lax_gate_form,
         step_s=step_s,
         tokens_per_s=batch * seq / step_s,
         peak_gib=peak,
@@ -143,6 +147,7 @@ def profile_step(
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--linear", default="cola", help="boost.linear: cola, full, svd, lax")
+    p.add_argument("--lax-gate-form", default="factored", help="boost.lax_gate_form: factored, kron")
     p.add_argument("--flavor", default="1B")
     p.add_argument("--seq", type=int, default=4096)
     p.add_argument("--batch", type=int, default=4)
@@ -165,6 +170,7 @@ def main() -> None:
         a.profiled,
         a.compile_backend,
         not a.no_autocast,
+        a.lax_gate_form,
     )
     text = json.dumps(result, indent=1)
     if a.json:

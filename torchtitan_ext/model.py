@@ -37,7 +37,7 @@ class JobModelArgs(ModelArgs):
         self.linear = boost.linear
         self.group_linears = boost.group_linears
         self.only_lr_act = boost.only_lr_act
-        self.lax_gate = boost.lax_gate
+        self.lax_gate, self.lax_gate_form = boost.lax_gate, boost.lax_gate_form
         self.attn_type, self.attn_mask_type = boost.attn_type, boost.attn_mask_type
         if KINDS[boost.linear].low_rank:
             self.rank = resolve_rank(self.dim, boost.rank, boost.rank_ratio)

@@ -23,6 +23,12 @@ class BoostOptions:
     tensorized (a Kronecker pair of small square factors over r, the LaX authors' default) | linear
     (r×r with a bias) | none (the carry as it is). Other kinds ignore it."""
 
+    lax_gate_form: str = "factored"
+    """How the tensorized LaX gate is computed, the same function either way: factored (its two small
+    contractions, as the LaX authors compute it) | kron (one [r, r] GEMM a projection by kron(D, E): r²
+    multiply-adds a token instead of r·(a + b), in a GEMM's efficient shape). Other gates and kinds ignore
+    factored; kron is refused with them."""
+
     only_lr_act: bool = True
     """CoLA/LaX MLP: true computes down(gate(x) * up(x)), gate's latent SiLU its only activation; false
     keeps SwiGLU's full-width SiLU on top, down(SiLU(gate(x)) * up(x)), as the CoLA authors' 60M and

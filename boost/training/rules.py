@@ -225,6 +225,28 @@ def lax_gate(name: str) -> str:
     return name
 
 
+LAX_GATE_FORMS = ("factored", "kron")
+"""How the tensorized gate is computed (``boost.lax_gate_form``), one function either way: factored (its two
+small contractions, ``r·(a + b)`` multiply-adds a token, as the LaX authors compute it) or kron (one
+``[r, r]`` GEMM by ``kron(D, E)``, ``r²`` a token). On an H100 the factored form's contractions, K = a and
+b, ran as small-tile GEMMs that took 50 ms of the 1B LaX step's 294 (``bench/results/gpu.md``)."""
+
+
+def lax_gate_form_problem(gate: str, form: str) -> str | None:
+    """Why ``boost.lax_gate_form = form`` cannot compute ``boost.lax_gate = gate``, or None.
+
+    Example::
+
+        >>> lax_gate_form_problem("linear", "kron")
+        'kron computes the tensorized gate, not boost.lax_gate = "linear": use "factored"'
+    """
+    if form not in LAX_GATE_FORMS:
+        return f"choose one of {LAX_GATE_FORMS}"
+    if form == "kron" and gate != "tensorized":
+        return f'kron computes the tensorized gate, not boost.lax_gate = "{gate}": use "factored"'
+    return None
+
+
 NORM_MODES = ("online", "sync", "local")
 """Pre-norm over a sharded hidden dim: online (statistic rides in the next all-reduce), sync (its own
 all-reduce), local (shard-local statistics: NOT the dense model)."""

@@ -41,16 +41,24 @@ PARITY_CASES = [
     ("full", "megatron", False, "online", True),
 ]
 # btp's sequence parallelism (each latent on a rank's tokens between a reduce-scatter and an all-gather), at 2
-# ranks (4 on 2 cores make each case slow): LaX online grouped, the other gate ungrouped with the sync norm
-SEQUENCE_PARALLEL_CASES = [("lax", "btp", True, "online", True), ("lax/linear", "btp", False, "sync", True)]
+# ranks (4 on 2 cores make each case slow): LaX online grouped, the other gate ungrouped with the sync norm,
+# and the tensorized gate's kron form (boost.lax_gate_form) grouped
+SEQUENCE_PARALLEL_CASES = [
+    ("lax", "btp", True, "online", True),
+    ("lax/linear", "btp", False, "sync", True),
+    ("lax/tensorized/kron", "btp", True, "online", True),
+]
 
 
 def _args(kind: str, grouped: bool, n_kv_heads: int | None = None, n_layers: int = 2) -> ModelArgs:
-    linear, _, lax_gate = kind.partition("/")  # "lax/linear": LaX with that gate (default: tensorized)
+    # "lax/linear": LaX with that gate (default: tensorized); "lax/tensorized/kron": and that gate form
+    linear, _, gate_and_form = kind.partition("/")
+    lax_gate, _, form = gate_and_form.partition("/")
     return ModelArgs.from_flavor(
         "debug",
         linear=linear,
         lax_gate=lax_gate or "tensorized",
+        lax_gate_form=form or "factored",
         vocab_size=VOCAB,
         n_layers=n_layers,
         group_linears=grouped,

@@ -274,8 +274,8 @@ def test_dry_check_lists_every_row_and_its_command(capsys):
     assert main(["--dry-check"]) == 0
     out = capsys.readouterr().out
     names = [r.name for r in ROWS]
-    # "1B CoLA", "1B LaX" and "1B dense" each name a trainer row and a kernel row
-    assert len(set(names)) == len(names) - 3
+    # "1B CoLA", "1B LaX", "1B LaX kron" and "1B dense" each name a trainer row and a kernel row
+    assert len(set(names)) == len(names) - 4
     for config, ngpu in (("3B", 8), ("7B", 16)):
         for scheme in ("btp", "vanilla", "megatron"):
             assert f"rank dry run: {config}@{ngpu} {scheme}" in out

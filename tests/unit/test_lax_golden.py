@@ -33,13 +33,18 @@ AUTHORS = {
 }
 
 
-def _boost_chain(golden: dict, gate: str) -> list[Bottleneck]:
+def _boost_chain(golden: dict, gate: str, form: str = "factored") -> list[Bottleneck]:
     blocks = []
     for layer, params in enumerate(golden["params"]):
         d_in, rank = params["cores.0"].shape
         d_out = params["cores.1"].shape[1]
         block = Bottleneck(
-            d_in, [("p", rank, d_out)], "silu", lax_gate=gate if layer else None, returns_latent=True
+            d_in,
+            [("p", rank, d_out)],
+            "silu",
+            lax_gate=gate if layer else None,
+            returns_latent=True,
+            lax_gate_form=form,
         )
         state = {"down.weight": params["cores.0"].t(), "up.0.weight": params["cores.1"].t()}
         state.update({AUTHORS[k]: v.unsqueeze(0) for k, v in params.items() if k in AUTHORS})
@@ -56,11 +61,17 @@ def _boost_grad(block: Bottleneck, authors_name: str) -> torch.Tensor:
     return block.get_parameter(AUTHORS[authors_name]).grad.squeeze(0)
 
 
-@pytest.mark.parametrize("gate", ["tensorized", "linear", "none"])
-def test_lax_equals_the_authors_module_forward_and_backward(gate):
+@pytest.mark.parametrize(
+    "gate,form",
+    [("tensorized", "factored"), ("tensorized", "kron"), ("linear", "factored"), ("none", "factored")],
+)
+def test_lax_equals_the_authors_module_forward_and_backward(gate, form):
+    """Either form of the tensorized gate (``boost.lax_gate_form``): the authors' two contractions, or one
+    ``[r, r]`` GEMM by ``kron(D, E)``."""
     golden = torch.load(GOLDEN, weights_only=True)["gates"][gate]
-    blocks = _boost_chain(golden, gate)
+    blocks = _boost_chain(golden, gate, form)
     assert isinstance(blocks[1].latent, LatentCrossing) and blocks[1].latent.gate == gate
+    assert blocks[1].latent.form == form
     x0 = golden["x0"].clone().requires_grad_(True)
     x, carry = x0, None
     for layer, block in enumerate(blocks):

@@ -153,6 +153,11 @@ CASES = [
         "boost.lax_gate = 'kronecker': choose one of",
     ),
     (
+        ["--boost.linear", "lax", "--boost.lax_gate", "linear", "--boost.lax_gate_form", "kron"],
+        1,
+        "boost.lax_gate_form = 'kron': kron computes the tensorized gate, not boost.lax_gate = \"linear\"",
+    ),
+    (
         [
             "--parallelism.pipeline_parallel_degree",
             "2",

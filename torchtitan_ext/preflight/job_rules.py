@@ -435,6 +435,11 @@ RULES: tuple[Rule, ...] = (
     one_of("model.flavor", tuple(FLAVORS)),
     one_of("boost.linear", LINEAR_KINDS),
     one_of("boost.lax_gate", LAX_GATES),
+    Rule(
+        "boost.lax_gate_form",
+        "one of factored, kron (kron: boost.lax_gate = tensorized)",
+        lambda c: rules.lax_gate_form_problem(c.boost.lax_gate, c.boost.lax_gate_form),
+    ),
     one_of("boost.norm", NORM_MODES),
     one_of("boost.tp_scheme", TP_SCHEMES),
     one_of("boost.activation_checkpoint", AC_MODES),

@@ -140,14 +140,18 @@ def _lax_gate_gemms(args: ModelArgs, tokens: int) -> list[tuple[int, int, int, i
     """LaX's gates in one block, on the whole latent of ``tokens`` (every scheme holds it whole on a rank:
     replicated after BTP's all-reduce, gathered under vanilla; a rank's rows of it under btp's sequence
     parallelism), one batched GEMM per bottleneck's members: the
-    tensorized pair as ``[T·a, b]×[b, b]`` then ``[T·b, a]×[a, a]``, the linear gate ``[T, r]×[r, r]``.
-    Charged to every block (the first crosses nothing: 1/n_layers of it too much)."""
+    tensorized pair as ``[T·a, b]×[b, b]`` then ``[T·b, a]×[a, a]``, the linear gate ``[T, r]×[r, r]``,
+    the tensorized gate's kron form one ``[T, r]×[r, r]`` per member. Charged to every block (the first
+    crosses nothing: 1/n_layers of it too much). The roofline charges the pair's small GEMMs at the
+    memory's speed; on an H100 they ran far below it (``bench/results/gpu.md``)."""
     if not KINDS[args.linear].latent_crossing or args.lax_gate == "none":
         return []
     r = args.rank
     members = [3, 1, 2, 1] if args.grouped else [1] * 7
     if args.lax_gate == "linear":
         return [(tokens, r, r, g) for g in members]
+    if args.lax_gate_form == "kron":
+        return [(tokens, r, r, 1) for g in members for _ in range(g)]
     a, b = most_balanced_factor_pair(r)
     return [shape for g in members for shape in ((tokens * a, b, b, g), (tokens * b, a, a, g))]
 

@@ -9,6 +9,7 @@ from boost.training.rules import (
     DEFAULT_RANK_RATIO,
     KINDS,
     lax_gate,
+    lax_gate_form_problem,
     linear_kind,
     most_balanced_factor_pair,
     rank_problem,
@@ -89,6 +90,8 @@ class ModelArgs:
     only_lr_act: bool = True
     # LaX only: the gate on the carried latent (boost.training.rules.LAX_GATES; the LaX authors' default)
     lax_gate: str = "tensorized"
+    # LaX only: how the tensorized gate is computed (boost.training.rules.LAX_GATE_FORMS), one function
+    lax_gate_form: str = "factored"
     tie_embeddings: bool = False
     # Seed of the initial weights; None uses torch.initial_seed(). The trainer sets it from
     # debug.seed so that pipeline stages (which torchtitan seeds differently) agree.
@@ -139,6 +142,8 @@ class ModelArgs:
         """Raise ``ValueError`` naming the field and the fix for inconsistent shapes."""
         linear_kind(self.linear)
         lax_gate(self.lax_gate)
+        if (problem := lax_gate_form_problem(self.lax_gate, self.lax_gate_form)) is not None:
+            raise ValueError(f"boost.lax_gate_form = {self.lax_gate_form!r}: {problem}")
         for name in ("dim", "n_layers", "n_heads", "vocab_size", "ffn_dim"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model {name} = {getattr(self, name)} must be positive")

@@ -16,6 +16,10 @@ latent, so it accumulates over depth. The gates (``boost.training.rules.LAX_GATE
 - ``tensorized`` (the authors' default): r = a·b with a ≤ b the most balanced factor pair of r; the carry
   read as an a×b matrix R gives ``Dᵀ · R · E``, E ``[b, b]`` (the authors' encoder) and D ``[a, a]``
   (their decoder), both Kaiming-uniform;
+  ``boost.lax_gate_form`` chooses how it is computed, one function either way: ``factored``, the two
+  small contractions as the authors write them (``r·(a + b)`` multiply-adds a token), or ``kron``, one
+  ``[r, r]`` GEMM a member by ``kron(D, E)`` (``r²`` a token, in a GEMM's efficient shape: on an H100 the
+  factored contractions, K = a and b, ran as small-tile GEMMs far below the memory roofline);
 - ``linear``: ``W·h + c``, W ``[r, r]`` and c as ``nn.Linear(r, r)`` initialises them;
 - ``none``: the carry itself.
 
@@ -40,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from boost.training.model.seeded_init import SeededPart, fill_seeded
-from boost.training.rules import lax_gate, most_balanced_factor_pair
+from boost.training.rules import lax_gate, lax_gate_form_problem, most_balanced_factor_pair
 
 LAX_NORM_EPS = 1e-6  # the authors' LayerNorm(r, eps=1e-6)
 
@@ -63,6 +67,7 @@ class LatentCrossing(nn.Module):
         members: how many projections share the bottleneck (3 for grouped q/k/v, 1 ungrouped).
         rank: each member's r.
         gate: one of ``boost.training.rules.LAX_GATES``.
+        form: how the tensorized gate is computed, ``boost.training.rules.LAX_GATE_FORMS``.
 
     Example::
 
@@ -72,9 +77,12 @@ class LatentCrossing(nn.Module):
         torch.Size([4, 16])
     """
 
-    def __init__(self, members: int, rank: int, gate: str = "tensorized"):
+    def __init__(self, members: int, rank: int, gate: str = "tensorized", form: str = "factored"):
         super().__init__()
         self.members, self.rank, self.gate = members, rank, lax_gate(gate)
+        if (problem := lax_gate_form_problem(gate, form)) is not None:
+            raise ValueError(f"boost.lax_gate_form = {form!r}: {problem}")
+        self.form = form
         self.act = nn.SiLU()
         self.norm_weight = nn.Parameter(torch.empty(members, rank))
         self.norm_bias = nn.Parameter(torch.empty(members, rank))
@@ -94,6 +102,12 @@ class LatentCrossing(nn.Module):
 
     def gated(self, carry: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
         """``G(carry)`` per member: ``[..., members, rank]`` in and out."""
+        if self.gate == "tensorized" and self.form == "kron":
+            # kron(D_g, E_g)[(c, d), (f, e)] = D_g[c, f]·E_g[d, e]: the contraction below as one [r, r]
+            # matrix a member. Each member's GEMM reads its columns of the carry in place (row stride G·r).
+            w = torch.einsum("gcf,gde->gcdfe", params["gate_decoder"], params["gate_encoder"])
+            w = w.reshape(self.members, self.rank, self.rank)
+            return torch.stack([carry[..., g, :] @ w[g] for g in range(self.members)], dim=-2)
         if self.gate == "tensorized":
             a, b = self.factors
             # the authors' contract('abcd,de,cf->abfe', R, E, D) with R the a×b carry, per member g
@@ -158,4 +172,4 @@ class LatentCrossing(nn.Module):
             )
 
     def extra_repr(self) -> str:
-        return f"members={self.members}, rank={self.rank}, gate={self.gate!r}"
+        return f"members={self.members}, rank={self.rank}, gate={self.gate!r}, form={self.form!r}"

@@ -99,6 +99,7 @@ class Bottleneck(nn.Module):
             when the q/k/v or gate/up down-projections are grouped), or ``None``.
         lax_gate: LaX's gate (``boost.training.rules.LAX_GATES``) where this bottleneck crosses the previous
             block's latent (LaX, blocks ≥ 1); ``None`` where it crosses nothing.
+        lax_gate_form: how the gate is computed (``boost.training.rules.LAX_GATE_FORMS``).
         returns_latent: also return the latent ``h`` (LaX hands it to the next block's bottleneck).
 
     Example::
@@ -116,6 +117,7 @@ class Bottleneck(nn.Module):
         norm: RMSNorm | None = None,
         lax_gate: str | None = None,
         returns_latent: bool = False,
+        lax_gate_form: str = "factored",
     ):
         super().__init__()
         self.members = [(str(n), int(r), int(o)) for n, r, o in members]
@@ -130,7 +132,7 @@ class Bottleneck(nn.Module):
                 raise ValueError(
                     "LaX crosses σ-latents of one rank per bottleneck (silu, equal member ranks)"
                 )
-            self.latent = LatentCrossing(len(self.members), self.members[0][1], lax_gate)
+            self.latent = LatentCrossing(len(self.members), self.members[0][1], lax_gate, lax_gate_form)
         # The latent as the up-projections read it: a plan's hook point on that branch alone (BTP sums B's
         # partial input-gradient here), apart from the carry, whose gradient arrives whole from the next block.
         self.up_input = nn.Identity()
@@ -192,6 +194,7 @@ def make_grouped(
         norm=norm,
         lax_gate=args.lax_gate if kind.latent_crossing and crossing else None,
         returns_latent=kind.latent_crossing,
+        lax_gate_form=args.lax_gate_form,
     )
 
 
