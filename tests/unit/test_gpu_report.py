@@ -16,6 +16,7 @@ preflight refusal; ``crash_no_module_ngpu1.log`` a rank that cannot start (``TRA
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import subprocess
@@ -292,10 +293,10 @@ def test_rows_past_the_budget_are_not_run():
 
 
 @pytest.mark.slow
-def test_rows_run_fail_and_time_out_into_the_report():
+def test_rows_run_fail_and_time_out_into_the_report(tmp_path):
     """The report's runner on real rows at CPU size: one that runs (its figures parsed, no NVML
-    here so no busy figure), one refused, one past its timeout, one kernel split; none raises, and
-    the markdown shows each."""
+    here so no busy figure), one refused, one past its timeout, one kernel split (its log kept, and
+    beside it the JSON of every kernel's time); none raises, and the markdown shows each."""
     tiny = ("--training.seq_len", "64", "--training.local_batch_size", "2", "--compile.no-enable")
     ran = measure(TrainRow("trainer", "debug", "debug", 1, tiny, 3, 2, 300), 300)
     assert ran.status == "ok", ran.error
@@ -328,8 +329,11 @@ def test_rows_run_fail_and_time_out_into_the_report():
             steps={"warmup": 1, "timed": 1, "profiled": 1},
         ),
         300,
+        keep_log=tmp_path / "kernel_split_debug.log",
     )
     assert kernels.status == "ok", kernels.error
+    kept = json.loads((tmp_path / "kernel_split_debug.json").read_text())
+    assert kept["by_name"] == kernels.values["by_name"] and (tmp_path / "kernel_split_debug.log").exists()
     assert (
         kernels.values["kernel_us_per_step"]["GEMM"] > 0
         and kernels.values["kernel_us_per_step"]["optimizer"] > 0

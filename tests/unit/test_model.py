@@ -88,9 +88,10 @@ def test_grouped_and_ungrouped_compute_the_same_function(kind, lax_gate):
 
 def test_the_kron_form_computes_the_factored_gate_grouped_and_compiled():
     """``boost.lax_gate_form = "kron"`` is the tensorized gate as one ``[r, r]`` GEMM a member: a grouped
-    debug LaX model (q/k/v and gate/up share a crossing; 16 = 4·4, its members' columns read in place)
-    gives the factored form's loss and gradients in float64, eager and compiled (fullgraph)."""
-    args = ModelArgs.from_flavor("debug", linear="lax", vocab_size=512, n_layers=3, max_seq_len=32)
+    debug LaX model (q/k/v and gate/up share a crossing, its members' columns read in place) gives the
+    factored form's loss and gradients in float64; compiled (fullgraph), a three-member crossing of rank
+    8 = 2·4 (its factors unequal) gives the factored crossing's output and gradients."""
+    args = ModelArgs.from_flavor("debug", linear="lax", vocab_size=512, n_layers=2, max_seq_len=16)
     factored = Transformer(args).double()
     with torch.no_grad():  # off the init, as above
         for p in factored.parameters():
@@ -100,24 +101,29 @@ def test_the_kron_form_computes_the_factored_gate_grouped_and_compiled():
     kron = Transformer(dataclasses.replace(args, lax_gate_form="kron")).double()
     kron.load_state_dict(factored.state_dict())
     assert kron.layers["1"].attention.wqkv.latent.form == "kron"
-    tokens = torch.randint(0, 512, (2, 32), generator=torch.Generator().manual_seed(0))
+    tokens = torch.randint(0, 512, (2, 16), generator=torch.Generator().manual_seed(0))
 
-    def loss_and_grads(model):
+    def loss_and_grads(model, *inputs):
         model.zero_grad()
-        loss = model(tokens).logsumexp(-1).mean()
+        loss = model(*inputs).logsumexp(-1).mean()
         loss.backward()
         return loss.detach(), {
             n.removeprefix("_orig_mod."): p.grad.clone() for n, p in model.named_parameters()
         }
 
-    want, want_grads = loss_and_grads(factored)
-    for run in (kron, torch.compile(kron, backend="aot_eager", fullgraph=True)):
-        got, got_grads = loss_and_grads(run)
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
-        for name, grad in want_grads.items():
-            torch.testing.assert_close(
-                got_grads[name.removeprefix("_orig_mod.")], grad, rtol=1e-10, atol=1e-12
-            )
+    def assert_same(got, want):
+        torch.testing.assert_close(got[0], want[0], rtol=1e-12, atol=1e-12)
+        for name, grad in want[1].items():
+            torch.testing.assert_close(got[1][name], grad, rtol=1e-10, atol=1e-12)
+
+    assert_same(loss_and_grads(kron, tokens), loss_and_grads(factored, tokens))
+    keys = ["layers.1.attention.q", "layers.1.attention.k", "layers.1.attention.v"]
+    crossings = [LatentCrossing(3, 8, "tensorized", form).double() for form in ("factored", "kron")]
+    crossings[0].reset_parameters(seed=0, keys=keys)
+    crossings[1].load_state_dict(crossings[0].state_dict())
+    pre, carry = torch.randn(2, 2, 5, 24, dtype=torch.float64, generator=torch.Generator().manual_seed(1))
+    compiled = torch.compile(crossings[1], backend="aot_eager", fullgraph=True)
+    assert_same(loss_and_grads(compiled, pre, carry), loss_and_grads(crossings[0], pre, carry))
 
 
 @pytest.mark.parametrize("gate", ["tensorized", "linear", "none"])
