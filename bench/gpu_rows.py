@@ -154,6 +154,17 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # the crossing on a rank's tokens (bench.compiled_cost: 1.17× CoLA's block, against 1.85×; the
     # 2026-11-27 H100: 0.92× the LaX rank's tokens/s, the rank host-bound)
     dry("7B", 16, "btp", 150, extra=(*LAX, SEQUENCE_PARALLEL), label="lax sp"),
+    # the same pair with the host's work taken off by CUDA graphs (SimpleFSDP's): on the 2026-11-27 H100 SP took
+    # device time off the LaX rank (2.02× → 1.66× a CoLA step's, tokens/s × busy) that the host did not let show
+    dry("7B", 16, "btp", 150, extra=(*LAX, *SIMPLE_FSDP, CUDAGRAPHS), label="lax simple_fsdp cudagraphs"),
+    dry(
+        "7B",
+        16,
+        "btp",
+        150,
+        extra=(*LAX, SEQUENCE_PARALLEL, *SIMPLE_FSDP, CUDAGRAPHS),
+        label="lax sp simple_fsdp cudagraphs",
+    ),
     TrainRow("trainer", "1B dense cudagraphs", "1B", 1, (*DENSE, CUDAGRAPHS), 12, 6, 180),
     # the TOMLs' fsdp_reshard_after_forward = "never" measured the other way, for both schemes
     dry("7B", 16, "btp", 150, extra=RESHARD_DEFAULT, label="reshard default"),
