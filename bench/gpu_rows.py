@@ -3,7 +3,8 @@ of a rank dry run (``bench.rank_dry_run`` builds its runs here too).
 
 A row measured two ways (a configuration switch on and off) is one more entry with its override.
 The order is the order of need when the time budget runs out: issue 33's goal rows (7B@16 btp and
-megatron, the trainer's 1B CoLA and dense) first, the pipeline rows last.
+megatron, the trainer's 1B CoLA and dense) first, then issue 40's (LaX against CoLA, each form of its
+gate, and the 1B step's kernels), the pipeline rows last.
 """
 
 from __future__ import annotations
@@ -132,13 +133,6 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # the measured procedure: 12 steps, steps 6–12 steady (the first ones compile and warm up)
     TrainRow("trainer", "1B CoLA", "1B", 1, (), 12, 6, 180),
     TrainRow("trainer", "1B dense", "1B", 1, DENSE, 12, 6, 180),
-    # boost.fsdp = "simple_fsdp" against the TOMLs' FSDP2 (issue 33: the host's per-parameter FSDP work)
-    dry("7B", 16, "btp", 150, extra=SIMPLE_FSDP, label="simple_fsdp"),
-    dry("7B", 16, "megatron", 150, extra=SIMPLE_FSDP, label="simple_fsdp"),
-    # boost.cudagraphs (each compiled block one CUDA-graph launch) on top, and the 1B rows with it
-    dry("7B", 16, "btp", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
-    dry("7B", 16, "megatron", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
-    TrainRow("trainer", "1B CoLA cudagraphs", "1B", 1, (CUDAGRAPHS,), 12, 6, 180),
     # LaX (the authors' gated, normalised crossing) against CoLA: the trainer's 1B and the 7B@16 rank
     TrainRow("trainer", "1B LaX", "1B", 1, LAX, 12, 6, 180),
     dry("7B", 16, "btp", 150, extra=LAX, label="lax"),
@@ -165,6 +159,14 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
         extra=(*LAX, SEQUENCE_PARALLEL, *SIMPLE_FSDP, CUDAGRAPHS),
         label="lax sp simple_fsdp cudagraphs",
     ),
+    # boost.fsdp = "simple_fsdp" against the TOMLs' FSDP2 (issue 33: the host's per-parameter FSDP work;
+    # measured on the 2026-11-27 leases, after the LaX rows since)
+    dry("7B", 16, "btp", 150, extra=SIMPLE_FSDP, label="simple_fsdp"),
+    dry("7B", 16, "megatron", 150, extra=SIMPLE_FSDP, label="simple_fsdp"),
+    # boost.cudagraphs (each compiled block one CUDA-graph launch) on top, and the 1B rows with it
+    dry("7B", 16, "btp", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
+    dry("7B", 16, "megatron", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
+    TrainRow("trainer", "1B CoLA cudagraphs", "1B", 1, (CUDAGRAPHS,), 12, 6, 180),
     TrainRow("trainer", "1B dense cudagraphs", "1B", 1, (*DENSE, CUDAGRAPHS), 12, 6, 180),
     # the TOMLs' fsdp_reshard_after_forward = "never" measured the other way, for both schemes
     dry("7B", 16, "btp", 150, extra=RESHARD_DEFAULT, label="reshard default"),
