@@ -37,8 +37,9 @@ IDENTITY_FILE = "boost_model.json"
 
 # ModelArgs fields that do not change the weights a checkpoint holds: max_seq_len only sizes the RoPE table
 # (a buffer rebuilt at start, never saved), init_seed only draws the initial weights, and the attention
-# kernel and mask are how a run attends (a run may stretch its windows onto another kernel or mask).
-_NOT_IDENTITY = {"max_seq_len", "init_seed", "attn_type", "attn_mask_type"}
+# kernel and mask are how a run attends (a run may stretch its windows onto another kernel or mask); the
+# LaX gate's form is how the gate is computed (one function, the same weights).
+_NOT_IDENTITY = {"max_seq_len", "init_seed", "attn_type", "attn_mask_type", "lax_gate_form"}
 
 # LaX's form: what a LaX checkpoint computes with its weights. BOOST's LaX before 2026-11-27 added the
 # previous block's σ(A·x) after σ, with no gate or norm; a checkpoint of it records no form, and is that.
