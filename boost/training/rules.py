@@ -247,6 +247,13 @@ def lax_gate_form_problem(gate: str, form: str) -> str | None:
     return None
 
 
+def lax_gate_form(gate: str, form: str) -> str:
+    """``form`` if it computes ``boost.lax_gate = gate``; ``ValueError`` naming the field and the fix otherwise."""
+    if (problem := lax_gate_form_problem(gate, form)) is not None:
+        raise ValueError(f"boost.lax_gate_form = {form!r}: {problem}")
+    return form
+
+
 NORM_MODES = ("online", "sync", "local")
 """Pre-norm over a sharded hidden dim: online (statistic rides in the next all-reduce), sync (its own
 all-reduce), local (shard-local statistics: NOT the dense model)."""

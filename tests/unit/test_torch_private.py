@@ -5,14 +5,16 @@ defined output, this rank's chunk of its input, and every all-gather this rank's
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import init_device_mesh
 from torch.testing._internal.distributed.fake_pg import FakeStore
-from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
+from torch.utils.checkpoint import checkpoint, create_selective_checkpoint_contexts
 
-from boost.training.parallel.activation_checkpoint import KEPT_COLLECTIVES
+from boost.training.parallel.activation_checkpoint import keep_collective_outputs
 from torchtitan_ext.torch_private import fake_filled_functional, fill_fake_collective_outputs
 
 # the functional ones where the torch's fake backend does not fill them itself (2.11: the compatibility tier)
@@ -23,11 +25,23 @@ WRAPPED = (
 )
 
 
-def test_fake_reduce_scatters_fill_their_outputs_with_this_ranks_chunk():
+@contextlib.contextmanager
+def fake_world(rank: int):
+    """Rank ``rank`` of 4 on the fake process group, its collectives filled; after, torch as it was."""
     originals = [getattr(module, name) for module, name in WRAPPED]
-    dist.init_process_group("fake", store=FakeStore(), rank=2, world_size=4)
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=4)
     try:
         fill_fake_collective_outputs()
+        yield originals
+    finally:
+        dist.destroy_process_group()
+        for (module, name), original in zip(WRAPPED, originals, strict=True):
+            setattr(module, name, original)
+        torch._dynamo.reset()
+
+
+def test_fake_reduce_scatters_fill_their_outputs_with_this_ranks_chunk():
+    with fake_world(rank=2) as originals:
         fill_fake_collective_outputs()  # idempotent: wrapped once
         assert [getattr(m, n).__wrapped__ for m, n in WRAPPED] == originals
         x = torch.arange(4 * 6, dtype=torch.float32).reshape(4, 6)
@@ -46,10 +60,6 @@ def test_fake_reduce_scatters_fill_their_outputs_with_this_ranks_chunk():
 
         assert torch.equal(reduce_scatter_rows(y[:2], (mesh, 1)), y[:1])
         assert torch.equal(all_gather_rows(y, (mesh, 1)), torch.cat([y, y]))
-    finally:
-        dist.destroy_process_group()
-        for (module, name), original in zip(WRAPPED, originals, strict=True):
-            setattr(module, name, original)
 
 
 def test_the_fills_trace_into_a_compiled_block():
@@ -59,10 +69,7 @@ def test_the_fills_trace_into_a_compiled_block():
     (2026-11-27); compiled, the fills give what they give eagerly, this rank's chunk (tp rank 1 here)."""
     from boost.training.parallel.collectives import all_gather_rows, group_name, reduce_scatter_rows
 
-    originals = [getattr(module, name) for module, name in WRAPPED]
-    dist.init_process_group("fake", store=FakeStore(), rank=3, world_size=4)
-    try:
-        fill_fake_collective_outputs()
+    with fake_world(rank=3):
         tp = group_name(init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))["tp"])
 
         def rows(y):
@@ -76,19 +83,10 @@ def test_the_fills_trace_into_a_compiled_block():
             assert torch.equal(got, want)
         # low-rank AC keeps the collectives' outputs and recomputes the rest in backward; its cache refuses
         # a kept tensor written after it was stored (the fill once was, on torch 2.11)
-        kept = create_selective_checkpoint_contexts(
-            lambda ctx, op, *args, **kwargs: (
-                CheckpointPolicy.MUST_SAVE if op in KEPT_COLLECTIVES else CheckpointPolicy.PREFER_RECOMPUTE
-            )
-        )
+        kept = create_selective_checkpoint_contexts(keep_collective_outputs)
         x = y.clone().requires_grad_()
         loss = checkpoint(
             lambda x: (rows(x * 2)[0] ** 2).sum(), x, use_reentrant=False, context_fn=lambda: kept
         )
         loss.backward()
         assert torch.isfinite(x.grad).all()
-    finally:
-        dist.destroy_process_group()
-        for (module, name), original in zip(WRAPPED, originals, strict=True):
-            setattr(module, name, original)
-        torch._dynamo.reset()

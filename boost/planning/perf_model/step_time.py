@@ -151,7 +151,7 @@ def _lax_gate_gemms(args: ModelArgs, tokens: int) -> list[tuple[int, int, int, i
     if args.lax_gate == "linear":
         return [(tokens, r, r, g) for g in members]
     if args.lax_gate_form == "kron":
-        return [(tokens, r, r, 1) for g in members for _ in range(g)]
+        return [(tokens, r, r, 1)] * sum(members)
     a, b = most_balanced_factor_pair(r)
     return [shape for g in members for shape in ((tokens * a, b, b, g), (tokens * b, a, a, g))]
 

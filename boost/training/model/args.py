@@ -9,7 +9,7 @@ from boost.training.rules import (
     DEFAULT_RANK_RATIO,
     KINDS,
     lax_gate,
-    lax_gate_form_problem,
+    lax_gate_form,
     linear_kind,
     most_balanced_factor_pair,
     rank_problem,
@@ -142,8 +142,7 @@ class ModelArgs:
         """Raise ``ValueError`` naming the field and the fix for inconsistent shapes."""
         linear_kind(self.linear)
         lax_gate(self.lax_gate)
-        if (problem := lax_gate_form_problem(self.lax_gate, self.lax_gate_form)) is not None:
-            raise ValueError(f"boost.lax_gate_form = {self.lax_gate_form!r}: {problem}")
+        lax_gate_form(self.lax_gate, self.lax_gate_form)
         for name in ("dim", "n_layers", "n_heads", "vocab_size", "ffn_dim"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"model {name} = {getattr(self, name)} must be positive")

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from boost.training.model.seeded_init import SeededPart, fill_seeded
-from boost.training.rules import lax_gate, lax_gate_form_problem, most_balanced_factor_pair
+from boost.training.rules import lax_gate, lax_gate_form, most_balanced_factor_pair
 
 LAX_NORM_EPS = 1e-6  # the authors' LayerNorm(r, eps=1e-6)
 
@@ -80,9 +80,7 @@ class LatentCrossing(nn.Module):
     def __init__(self, members: int, rank: int, gate: str = "tensorized", form: str = "factored"):
         super().__init__()
         self.members, self.rank, self.gate = members, rank, lax_gate(gate)
-        if (problem := lax_gate_form_problem(gate, form)) is not None:
-            raise ValueError(f"boost.lax_gate_form = {form!r}: {problem}")
-        self.form = form
+        self.form = lax_gate_form(gate, form)
         self.act = nn.SiLU()
         self.norm_weight = nn.Parameter(torch.empty(members, rank))
         self.norm_bias = nn.Parameter(torch.empty(members, rank))
@@ -102,7 +100,7 @@ class LatentCrossing(nn.Module):
 
     def gated(self, carry: torch.Tensor, params: dict[str, torch.Tensor]) -> torch.Tensor:
         """``G(carry)`` per member: ``[..., members, rank]`` in and out."""
-        if self.gate == "tensorized" and self.form == "kron":
+        if self.form == "kron":  # the tensorized gate's (lax_gate_form refuses it with another)
             # kron(D_g, E_g)[(c, d), (f, e)] = D_g[c, f]·E_g[d, e]: the contraction below as one [r, r]
             # matrix a member. Each member's GEMM reads its columns of the carry in place (row stride G·r).
             w = torch.einsum("gcf,gde->gcdfe", params["gate_decoder"], params["gate_encoder"])

@@ -60,7 +60,9 @@ KEPT_ATTENTION = frozenset(
 )
 
 
-def _keep_collective_outputs(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+def keep_collective_outputs(ctx, op, *args, **kwargs) -> CheckpointPolicy:
+    """Compiled low-rank AC's selective policy: the collectives' and the attention kernel's outputs kept,
+    everything else recomputed in backward (with no communication)."""
     if op in KEPT_COLLECTIVES or op in KEPT_ATTENTION:
         return CheckpointPolicy.MUST_SAVE
     return CheckpointPolicy.PREFER_RECOMPUTE
@@ -98,6 +100,6 @@ def apply_lowrank_ac(model: nn.Module, compiled: bool = False) -> nn.Module:
     """
     if compiled:
         return _wrap_blocks(
-            model, functools.partial(create_selective_checkpoint_contexts, _keep_collective_outputs)
+            model, functools.partial(create_selective_checkpoint_contexts, keep_collective_outputs)
         )
     return _wrap_blocks(model, record_and_replay_collectives)
