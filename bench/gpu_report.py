@@ -5,7 +5,8 @@
 
 Rows (``bench.gpu_rows.ROWS``, run in that order, each in its own process):
 - trainer: ``NGPU=1 CONFIG_FILE=train_configs/1B.toml ./run_train.sh`` as shipped (CoLA) and dense
-  (``--boost.linear full --boost.tp_scheme megatron``), 12 steps; tokens/s, MFU and memory as
+  (``--boost.linear full --boost.tp_scheme megatron``), each also with ``--boost.activation_checkpoint full``
+  (the TOML's: none), 12 steps; tokens/s, MFU and memory as
   torchtitan logs them over steps 6–12, and BOOST's start-up line;
 - rank dry run: ``DRY_RUN=1 NGPU=N`` (``bench.rank_dry_run``'s rows) of 3B@8 and 7B@16 for btp, vanilla
   and megatron, 7B@16 btp and megatron with ``boost.fsdp = "simple_fsdp"`` (the TOMLs': FSDP2), without

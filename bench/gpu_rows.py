@@ -38,6 +38,7 @@ SCHEMES = {
     "megatron": lambda toml: linear_kind_overrides("full", toml),
 }
 DENSE = ("--boost.linear", "full", "--boost.tp_scheme", "megatron")  # train_configs/1B.toml's header
+FULL_AC = ("--boost.activation_checkpoint", "full")  # recompute whole blocks in backward
 RESHARD_DEFAULT = ("--parallelism.fsdp_reshard_after_forward", "default")
 # FSDP's gathers and reductions traced into the compiled blocks (torchtitan's SimpleFSDP; no reshard policy)
 SIMPLE_FSDP = ("--boost.fsdp", "simple_fsdp", *RESHARD_DEFAULT)
@@ -145,6 +146,10 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     KernelRow("1B CoLA", ("--linear", "cola"), 150),
     KernelRow("1B LaX", ("--linear", "lax"), 150),
     KernelRow("1B LaX kron", ("--linear", "lax", "--lax-gate-form", "kron"), 150),
+    # the 1B TOML's activation checkpointing before 2026-11-28 ("full"; now "none", which the planner ranks
+    # first and the CoLA kernel split above runs): what the change bought, and dense at its other setting
+    TrainRow("trainer", "1B CoLA full AC", "1B", 1, FULL_AC, 12, 6, 180),
+    TrainRow("trainer", "1B dense full AC", "1B", 1, (*DENSE, *FULL_AC), 12, 6, 180),
     # the crossing on a rank's tokens (bench.compiled_cost: 1.17× CoLA's block, against 1.85×; the
     # 2026-11-27 H100: 0.92× the LaX rank's tokens/s, the rank host-bound)
     dry("7B", 16, "btp", 150, extra=(*LAX, SEQUENCE_PARALLEL), label="lax sp"),

@@ -260,6 +260,8 @@ all-reduce), local (shard-local statistics: NOT the dense model)."""
 
 AC_MODES = ("none", "full", "lowrank")
 """none; full (recompute whole blocks); lowrank (keep BTP's r-wide latents, recompute the rest)."""
+AC_BY_MEMORY_KEPT = ("none", "lowrank", "full")
+"""The modes from the one that keeps the most activations to the one that keeps the least."""
 
 DEFAULT_RANK_RATIO = 0.25  # the reference paper's r = d/4
 

@@ -231,6 +231,29 @@ def test_toml_headers_quote_the_long_window_advice_and_it_passes_validation():
             ["--job.config_file", str(_toml(flavor)), *advice.overrides().split()], world_size=gpus
         )
         assert job.parallelism.context_parallel_degree == advice.layout.cp
+        assert job.boost.activation_checkpoint == advice.layout.ac
     assert advise_long_sequence(_toml("7B"), 16, 80 * GIB, 32768).layout.cp == 4
-    with pytest.raises(ValueError, match="does not fit 4 GPUs of 80.0 GiB at its micro-batch 4: at cp 1"):
-        advise_long_sequence(_toml("7B"), 4, 80 * GIB, 32768)
+    with pytest.raises(
+        ValueError, match="does not fit 1 GPUs of 80.0 GiB at its micro-batch 4: at cp 1 under AC full"
+    ):
+        advise_long_sequence(_toml("1B"), 1, 80 * GIB, 32768)
+
+
+def test_long_window_advice_recomputes_only_where_no_degree_fits_the_tomls_checkpointing():
+    # the 1B keeps every activation (AC none) at its 4k window; at 32k on 8 GPUs no cp fits so, and the
+    # advice is the smallest cp under the first mode that keeps less: full (lowrank has no latent at tp 1)
+    advice = advise_long_sequence(_toml("1B"), 8, 80 * GIB, 32768)
+    budget = usable_bytes(80 * GIB)
+    assert (advice.toml_ac, advice.layout.ac, advice.layout.cp) == ("none", "full", 2)
+    assert advice.toml_ac_peaks and all(peak > budget for peak in advice.toml_ac_peaks.values())
+    assert advice.overrides().endswith("--boost.activation_checkpoint full")
+    assert "AC none (the TOML's) fits at no cp: at cp 8 it peaks at" in advice.report()
+    # the 7B's low-rank AC fits over cp 4 at 16 GPUs and is kept; at 4 GPUs only full AC fits (cp 4)
+    kept = advise_long_sequence(_toml("7B"), 16, 80 * GIB, 32768)
+    assert (kept.toml_ac, kept.layout.ac) == (
+        "",
+        "lowrank",
+    ) and "activation_checkpoint" not in kept.overrides()
+    recomputed = advise_long_sequence(_toml("7B"), 4, 80 * GIB, 32768)
+    assert (recomputed.toml_ac, recomputed.layout.ac) == ("lowrank", "full")
+    assert max(recomputed.toml_ac_peaks.values()) > budget >= recomputed.peak

@@ -36,7 +36,9 @@ from boost.planning.perf_model.peak_memory import (
 from boost.training.model.args import FLAVORS
 from boost.training.options import BoostOptions
 from boost.training.rules import (
+    AC_BY_MEMORY_KEPT,
     RESHARD_POLICIES,
+    activation_checkpoint_problem,
     compiles_model,
     context_parallel_problem,
     data_parallel_degree,
@@ -281,16 +283,23 @@ def advise_micro_batch(config: str | Path, gpus: int, gpu_memory_bytes: float) -
 @dataclass(frozen=True)
 class LongSequenceAdvice:
     """The smallest context-parallel degree whose peak fits the TOML's layout and micro-batch at a longer
-    sequence (the rest of the GPUs FSDP, as the TOML's ``data_parallel_shard_degree = -1`` gives them)."""
+    sequence (the rest of the GPUs FSDP, as the TOML's ``data_parallel_shard_degree = -1`` gives them),
+    under the TOML's activation checkpointing or, where no degree fits under it, the first mode that
+    keeps less that fits."""
 
-    layout: TrainingLayout  # the TOML's, at the long sequence and the chosen cp
+    layout: TrainingLayout  # the TOML's, at the long sequence, the chosen cp and AC mode
     gpus: int
     gpu_memory_bytes: float
-    peaks: dict[int, float]  # cp -> peak at the TOML's micro-batch, every degree tried
+    peaks: dict[int, float]  # cp -> peak at the TOML's micro-batch under the chosen AC, every degree tried
+    toml_ac: str = (
+        ""  # the TOML's AC mode where no degree fitted under it ("": the chosen mode is the TOML's)
+    )
+    toml_ac_peaks: dict[int, float] = dataclasses.field(default_factory=dict)  # cp -> its peak, all over
 
     def overrides(self) -> str:
         cp = f" --parallelism.context_parallel_degree {self.layout.cp}" if self.layout.cp > 1 else ""
-        return f"--training.seq_len {self.layout.seq_len}{cp}"
+        ac = f" --boost.activation_checkpoint {self.layout.ac}" if self.toml_ac else ""
+        return f"--training.seq_len {self.layout.seq_len}{cp}{ac}"
 
     @property
     def peak(self) -> float:
@@ -299,6 +308,14 @@ class LongSequenceAdvice:
     def report(self) -> str:
         l = self.layout
         tried = ", ".join(f"cp {cp}: {peak / GIB:.1f} GiB" for cp, peak in self.peaks.items())
+        refused = (
+            [
+                f"AC {self.toml_ac} (the TOML's) fits at no cp: at cp {max(self.toml_ac_peaks)} it peaks at "
+                f"{self.toml_ac_peaks[max(self.toml_ac_peaks)] / GIB:.1f} GiB; AC {l.ac} keeps less"
+            ]
+            if self.toml_ac
+            else []
+        )
         return "\n".join(
             [
                 f"{l.path} on {self.gpus} GPUs of {self.gpu_memory_bytes / GIB:.1f} GiB at seq {l.seq_len}, "
@@ -306,6 +323,7 @@ class LongSequenceAdvice:
                 f"pp {l.pp}, AC {l.ac}, {l.attn_type} {l.attn_mask_type}",
                 f"usable: {usable_bytes(self.gpu_memory_bytes) / GIB:.1f} GiB; each rank holds seq/cp of every "
                 f"window (docs/design.md §13), FSDP shards over the rest of the GPUs × cp",
+                *refused,
                 f"peaks: {tried}",
                 (
                     f"cp {l.cp} (smallest that fits): FSDP {l.fsdp_degree(self.gpus)}, {l.seq_len // l.cp} tokens "
@@ -323,22 +341,36 @@ def advise_long_sequence(
 ) -> LongSequenceAdvice:
     """``config``'s layout and micro-batch at ``seq_len``, over the smallest context-parallel degree (a
     divisor of what tp × pp × dp_replicate leave of ``gpus``, splitting the window as the preflight asks)
-    whose peak fits a GPU of ``gpu_memory_bytes``; ``ValueError`` where none does (the message says what
-    the largest degree peaks at and what to change)."""
+    whose peak fits a GPU of ``gpu_memory_bytes``. Under the TOML's activation checkpointing first; where
+    no degree fits under it, under each mode that keeps less in turn (a TOML that keeps every activation
+    at its own window, as the 1B does, recomputes at a long one); ``ValueError`` where none does (the
+    message says what the largest degree peaks at and what to change)."""
     base = TrainingLayout.from_toml(config)
     budget = usable_bytes(gpu_memory_bytes)
     room = gpus // (base.tp * base.pp * base.dp_replicate)
-    peaks: dict[int, float] = {}
-    for cp in (k for k in range(1, room + 1) if room % k == 0):
-        layout = dataclasses.replace(base, seq_len=seq_len, cp=cp, dp_shard=-1)
-        if context_parallel_problem(cp, seq_len, base.attn_type, "headtail", base.tp, False):
-            continue
-        peaks[cp] = layout.peak(gpus, base.micro_batch)
-        if peaks[cp] <= budget:
-            return LongSequenceAdvice(layout, gpus, gpu_memory_bytes, peaks)
-    largest = max(peaks) if peaks else 1
+    degrees = [
+        cp
+        for cp in range(1, room + 1)
+        if room % cp == 0
+        and not context_parallel_problem(cp, seq_len, base.attn_type, "headtail", base.tp, False)
+    ]
+    modes = [ac for ac in AC_BY_MEMORY_KEPT[AC_BY_MEMORY_KEPT.index(base.ac) :]]
+    modes = [ac for ac in modes if not activation_checkpoint_problem(ac, base.scheme, base.tp)]
+    toml_ac_peaks: dict[int, float] = {}
+    for ac in modes:
+        peaks: dict[int, float] = {}
+        for cp in degrees:
+            layout = dataclasses.replace(base, seq_len=seq_len, cp=cp, dp_shard=-1, ac=ac)
+            peaks[cp] = layout.peak(gpus, base.micro_batch)
+            if peaks[cp] <= budget:
+                toml_ac = "" if ac == base.ac else base.ac
+                return LongSequenceAdvice(layout, gpus, gpu_memory_bytes, peaks, toml_ac, toml_ac_peaks)
+        if ac == base.ac:
+            toml_ac_peaks = peaks
+    largest = max(degrees) if degrees else 1
     raise ValueError(
         f"{config} at seq {seq_len} does not fit {gpus} GPUs of {gpu_memory_bytes / GIB:.1f} GiB at its micro-batch "
-        f"{base.micro_batch}: at cp {largest} it peaks at {peaks.get(largest, float('nan')) / GIB:.1f} GiB, over the "
-        f"{budget / GIB:.1f} GiB usable; use more GPUs, or a smaller --training.local_batch_size"
+        f"{base.micro_batch}: at cp {largest} under AC {modes[-1]} it peaks at "
+        f"{peaks.get(largest, float('nan')) / GIB:.1f} GiB, over the {budget / GIB:.1f} GiB usable; use more GPUs, "
+        "or a smaller --training.local_batch_size"
     )
