@@ -1,6 +1,13 @@
-# torchtitan_ext installs its CPU adaptation on import: before any test module imports torchtitan.
-import torchtitan_ext  # noqa: F401,I001
+# The suite tests the CPU path (gloo, several processes on one machine) on any machine. A GPU machine's
+# GPUs are hidden from it and from every process it starts: otherwise torchtitan puts each rank of a
+# run_train.sh test on cuda:LOCAL_RANK under NCCL, and NGPU=2 on a one-GPU machine fails. Set before
+# anything asks CUDA for its devices (torch reads the variable then), so before torchtitan_ext.
 import os
+
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
+
+# torchtitan_ext installs its CPU adaptation on import: before any test module imports torchtitan.
+import torchtitan_ext  # noqa: F401,E402,I001
 
 import torch
 
