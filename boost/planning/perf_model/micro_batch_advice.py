@@ -81,6 +81,7 @@ class TrainingLayout:
     attn_type: str = "sdpa"
     attn_mask_type: str = "causal"
     sequence_parallel: bool = False  # boost.sequence_parallel
+    cudagraphs: bool = False  # boost.cudagraphs
 
     @classmethod
     def from_toml(cls, path: str | Path) -> TrainingLayout:
@@ -142,6 +143,7 @@ class TrainingLayout:
             attn_type=boost.get("attn_type", defaults.attn_type),
             attn_mask_type=boost.get("attn_mask_type", defaults.attn_mask_type),
             sequence_parallel=boost.get("sequence_parallel", defaults.sequence_parallel),
+            cudagraphs=boost.get("cudagraphs", defaults.cudagraphs),
         )
 
     @property
@@ -190,6 +192,7 @@ class TrainingLayout:
             attn_type=self.attn_type,
             attn_mask_type=self.attn_mask_type,
             sequence_parallel=self.sequence_parallel,
+            cudagraphs=self.cudagraphs,
             breakdown=breakdown,
         )
 
@@ -233,6 +236,7 @@ class MicroBatchAdvice:
                 f"{8 * l.dtype_bytes}-bit, {'compiled' if l.compiled else 'eager'}"
                 + (f", cp {l.cp}" if l.cp > 1 else "")
                 + (", sequence parallel" if l.sequence_parallel else "")
+                + (", CUDA graphs (their pool: the kept activations twice)" if l.cudagraphs else "")
                 + (f", {l.num_microbatches} micro-batches per step" if l.pp > 1 else ""),
                 f"usable: {self.usable_bytes / GIB:.1f} GiB ({HEADROOM:.0%} of the GPU left for allocator "
                 f"fragmentation over a long run, compile workspace and the driver); each peak counts "
