@@ -8,6 +8,7 @@ import torch
 from boost import FLAVORS, ModelArgs, Transformer, flops_per_token
 from boost.training.model.grouped_state import to_grouped, to_ungrouped
 from boost.training.model.latent_crossing import LatentCrossing
+from boost.training.model.linears import Bottleneck
 from boost.training.model.model import FeedForward
 
 KINDS = ("full", "svd", "cola", "lax")
@@ -173,6 +174,38 @@ def test_gqa_bottleneck_batches_only_equal_shapes():
     assert [tuple(u.weight.shape) for u in wqkv.up] == [(256, 64), (2, 128, 64)]
     w13 = model.layers["0"].feed_forward.w13
     assert [tuple(u.weight.shape) for u in w13.up] == [(2, 704, 64)]
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        [("q", 4, 16), ("k", 4, 8), ("v", 4, 8)],  # the groups are runs of members (q | k, v): views
+        [("a", 4, 16), ("b", 4, 8), ("c", 4, 16)],  # a member between a group's (a, c | b): stacked slices
+    ],
+    ids=["runs", "interleaved"],
+)
+def test_batched_up_projections_compute_each_members_own_and_its_gradients(members):
+    torch.manual_seed(0)
+    bottleneck = Bottleneck(12, members, "silu").double()
+    for p in bottleneck.parameters():
+        torch.nn.init.normal_(p)
+    x = torch.randn(2, 5, 12, dtype=torch.float64, requires_grad=True)
+    outs = bottleneck(x)
+    weights = {}  # each member's B, read out of its unit (a row of a batched weight, or a Linear's)
+    for unit, group in zip(bottleneck.up, bottleneck.up_groups):
+        for j, i in enumerate(group):
+            weights[i] = unit.weight[j] if len(group) > 1 else unit.weight
+    h = torch.nn.functional.silu(x @ bottleneck.down.weight.t())
+    starts = [sum(r for _, r, _ in members[:i]) for i in range(len(members))]
+    reference = [h[..., s : s + r] @ weights[i].t() for i, (s, (_, r, _)) in enumerate(zip(starts, members))]
+    for out, ref in zip(outs, reference):
+        torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)
+    cotangents = [torch.randn_like(o) for o in outs]
+    leaves = [x, *bottleneck.parameters()]
+    got = torch.autograd.grad(outs, leaves, cotangents)
+    want = torch.autograd.grad(reference, leaves, cotangents)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
 def test_bad_shapes_are_refused_with_the_field_named():

@@ -100,6 +100,13 @@ def row_parallel_down(
     return _RowParallelDown.apply(x, weight, group, rows)
 
 
+def _waited(result: torch.Tensor) -> torch.Tensor:
+    """A functional collective's result, waited once. Eager, it is an ``AsyncCollectiveTensor``, waited here
+    into a plain tensor; traced (torch.compile), ``funcol`` has put the wait in the graph already, and a
+    second ``wait_tensor`` would be one more host call per collective that waits for nothing."""
+    return result.wait() if isinstance(result, funcol.AsyncCollectiveTensor) else result
+
+
 def all_reduce_partial(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
     """Sum a local tensor over a 1-D group (functional collective: traceable by torch.compile); recorded
     for, and replayed in, low-rank AC's recompute."""
@@ -108,7 +115,7 @@ def all_reduce_partial(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
 
 def all_reduce_sum(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
     """Sum a local tensor over the group (not recorded)."""
-    return funcol.wait_tensor(funcol.all_reduce(x, "sum", _funcol_group(group)))
+    return _waited(funcol.all_reduce(x, "sum", _funcol_group(group)))
 
 
 def reduce_scatter_rows(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
@@ -116,13 +123,13 @@ def reduce_scatter_rows(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
     # torch 2.13 names it reduce_scatter_single (reduce_scatter_tensor warns); older torches have only the
     # old name. Looked up at each call: a dry run's fake process group wraps whichever the torch has.
     reduce_scatter = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
-    return funcol.wait_tensor(reduce_scatter(x.contiguous(), "sum", 0, _funcol_group(group)))
+    return _waited(reduce_scatter(x.contiguous(), "sum", 0, _funcol_group(group)))
 
 
 def all_gather_rows(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
     """Every rank's ``[T/t, n]`` rows gathered into the whole ``[T, n]`` (not recorded)."""
     all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
-    return funcol.wait_tensor(all_gather(x.contiguous(), 0, _funcol_group(group)))
+    return _waited(all_gather(x.contiguous(), 0, _funcol_group(group)))
 
 
 class _GatherTokens(torch.autograd.Function):

@@ -68,7 +68,9 @@ class OnlineRMSNormDown(torch.autograd.Function):
             xs = _as(_as(x, acc) * _as(gamma, acc) / scale, x.dtype)
             h = _as(torch.matmul(xs, weight.t()), acc) * scale  # (..., R) partial sum
             reduce = reduce_scatter_rows if rows else all_reduce_sum
-            return reduce(_as(torch.cat([h, s / dim], dim=-1), x.dtype), group)
+            # each part cast before the cat (the same values): an fp32 [h | M] would be written whole and
+            # read back to cast it, two passes of the widest tensor a block sends (inductor fuses neither)
+            return reduce(torch.cat([_as(h, x.dtype), _as(s / dim, x.dtype)], dim=-1), group)
 
         # low-rank AC's recompute: the kept result, no GEMM, no collective
         hm = replayed_or_recorded(partial_sums_reduced)
@@ -86,7 +88,9 @@ class OnlineRMSNormDown(torch.autograd.Function):
         # dL/dS through inv_rms = (S/d + ε)^-1/2; S = Σ_ranks s_i, so ds_i = dS on every rank.
         ds = -0.5 * (dy.to(acc) * y.to(acc)).sum(-1, keepdim=True) * inv_rms.pow(2) / ctx.dim
         if ctx.rows:  # dy covers this rank's rows: every token's dH and dS gathered, in the GEMMs' dtype
-            both = all_gather_rows(_as(torch.cat([dh, ds * ctx.dim], dim=-1), x.dtype), ctx.group)
+            both = all_gather_rows(
+                torch.cat([_as(dh, x.dtype), _as(ds * ctx.dim, x.dtype)], dim=-1), ctx.group
+            )
             dh_act, ds = both[..., :-1], _as(both[..., -1:], acc) / ctx.dim
         else:
             dh_act = dh.to(x.dtype)  # both GEMMs in the activation dtype, as in the forward
