@@ -295,10 +295,9 @@ class LongSequenceAdvice:
     gpus: int
     gpu_memory_bytes: float
     peaks: dict[int, float]  # cp -> peak at the TOML's micro-batch under the chosen AC, every degree tried
-    toml_ac: str = (
-        ""  # the TOML's AC mode where no degree fitted under it ("": the chosen mode is the TOML's)
-    )
-    toml_ac_peaks: dict[int, float] = dataclasses.field(default_factory=dict)  # cp -> its peak, all over
+    # the TOML's AC mode where no degree fitted under it ("": the chosen mode is the TOML's), and its peaks
+    toml_ac: str = ""
+    toml_ac_peaks: dict[int, float] = dataclasses.field(default_factory=dict)  # cp -> peak, each over
 
     def overrides(self) -> str:
         cp = f" --parallelism.context_parallel_degree {self.layout.cp}" if self.layout.cp > 1 else ""
@@ -358,8 +357,8 @@ def advise_long_sequence(
         if room % cp == 0
         and not context_parallel_problem(cp, seq_len, base.attn_type, "headtail", base.tp, False)
     ]
-    modes = [ac for ac in AC_BY_MEMORY_KEPT[AC_BY_MEMORY_KEPT.index(base.ac) :]]
-    modes = [ac for ac in modes if not activation_checkpoint_problem(ac, base.scheme, base.tp)]
+    keeping_less = AC_BY_MEMORY_KEPT[AC_BY_MEMORY_KEPT.index(base.ac) :]  # the TOML's first
+    modes = [ac for ac in keeping_less if not activation_checkpoint_problem(ac, base.scheme, base.tp)]
     toml_ac_peaks: dict[int, float] = {}
     for ac in modes:
         peaks: dict[int, float] = {}
