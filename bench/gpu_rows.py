@@ -21,6 +21,8 @@ from torchtitan_ext.config import linear_kind_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
 
+FULL_AC = ("--boost.activation_checkpoint", "full")  # recompute whole blocks in backward
+
 # A rank dry run's schemes, each as overrides of a shipped TOML: the TOML as shipped (CoLA, btp);
 # vanilla low-rank TP on the same model (ungrouped, sync norm, full AC: what vanilla takes); the
 # dense baseline with Megatron TP and full AC (the TOML header's override).
@@ -32,13 +34,11 @@ SCHEMES = {
         "--boost.no-group-linears",
         "--boost.norm",
         "sync",
-        "--boost.activation_checkpoint",
-        "full",
+        *FULL_AC,
     ],
     "megatron": lambda toml: linear_kind_overrides("full", toml),
 }
 DENSE = ("--boost.linear", "full", "--boost.tp_scheme", "megatron")  # train_configs/1B.toml's header
-FULL_AC = ("--boost.activation_checkpoint", "full")  # recompute whole blocks in backward
 RESHARD_DEFAULT = ("--parallelism.fsdp_reshard_after_forward", "default")
 # FSDP's gathers and reductions traced into the compiled blocks (torchtitan's SimpleFSDP; no reshard policy)
 SIMPLE_FSDP = ("--boost.fsdp", "simple_fsdp", *RESHARD_DEFAULT)
