@@ -208,6 +208,19 @@ def test_batched_up_projections_compute_each_members_own_and_its_gradients(membe
         torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
+def test_batched_up_projections_read_adjacent_members_in_place():
+    # gate and up (k and v) sit side by side in the latent: their batched GEMM reads them there, a strided
+    # view, rather than a stacked copy (one copy kernel fewer in each direction, per group and block)
+    bottleneck = Bottleneck(12, [("q", 4, 16), ("k", 4, 8), ("v", 4, 8)], "silu")
+    seen = {}
+    bottleneck.up_input.register_forward_hook(lambda m, args, out: seen.update(latent=out))
+    bottleneck.up[1].register_forward_pre_hook(lambda m, args: seen.update(batched=args[0]))
+    bottleneck(torch.randn(2, 5, 12))
+    latent, batched = seen["latent"], seen["batched"]
+    assert batched.untyped_storage().data_ptr() == latent.untyped_storage().data_ptr()
+    torch.testing.assert_close(batched, torch.stack([latent[..., 4:8], latent[..., 8:12]]), rtol=0, atol=0)
+
+
 def test_bad_shapes_are_refused_with_the_field_named():
     with pytest.raises(ValueError, match="rank"):
         ModelArgs.from_flavor("debug", rank=300)

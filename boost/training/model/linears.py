@@ -164,13 +164,24 @@ class Bottleneck(nn.Module):
         outs: list[torch.Tensor | None] = [None] * len(self.members)
         for unit, group in zip(self.up, self.up_groups):
             if isinstance(unit, BatchedUp):
-                y = unit(torch.stack([latents[i] for i in group]))  # (G, bs, seqlen, d_out)
+                y = unit(self._batched_latents(u, latents, group))  # (G, bs, seqlen, d_out)
                 for i, y_i in zip(group, y.unbind(0)):
                     outs[i] = y_i
             else:
                 outs[group[0]] = unit(latents[group[0]])
         y = outs[0] if len(outs) == 1 else tuple(outs)
         return (y, h) if self.returns_latent else y
+
+    def _batched_latents(
+        self, u: torch.Tensor, latents: Sequence[torch.Tensor], group: list[int]
+    ) -> torch.Tensor:
+        """The latents of one batched group as ``(G, ..., r)``. Adjacent members (gate and up; k and v) are
+        read in place, as a strided view of ``u``: a stack would copy them in the forward and its backward
+        would concatenate their gradients again. Others are stacked."""
+        if group != list(range(group[0], group[0] + len(group))):
+            return torch.stack([latents[i] for i in group])
+        start, r = sum(self.ranks[: group[0]]), self.ranks[group[0]]
+        return u[..., start : start + len(group) * r].unflatten(-1, (len(group), r)).movedim(-2, 0)
 
 
 def make_projection(

@@ -12,8 +12,8 @@
 
 DTensor's greedy per-op strategy would rather all-gather ``B`` and reduce-scatter a d-wide output
 (~6.7× the bytes); both syncs are therefore pinned: ``down``'s Partial output is redistributed to
-Replicate in its forward, and the latent feeding ``up`` is wrapped so that its Partial gradient is
-all-reduced right there, at width R.
+Replicate in its forward, and the latent feeding ``up`` reaches it as a local tensor, which ``up`` reads
+with its local shard and whose gradient (a partial sum per shard) is all-reduced right there, at width R.
 
 ``sequence_parallel=True`` splits each all-reduce into its two halves and keeps the latent between them
 on this rank's ``T/t`` tokens (the ``[T, R]`` latent's rows), so that σ and LaX's crossing run on a
@@ -40,9 +40,9 @@ from torch.distributed.tensor import DTensor, Placement, Replicate, Shard, distr
 from torch.distributed.tensor.parallel import ParallelStyle
 
 from boost.training.parallel.collectives import (
-    all_reduce_grad_on_backward,
     gather_tokens,
     group_name,
+    local_with_grad_summed,
     row_parallel_down,
     summed_on_backward,
 )
@@ -154,13 +154,12 @@ class BoostParallelStyle(ParallelStyle):
                 "are computed on the flat tokens and leave sharded on their last dim, Shard(-1), or Replicate()"
             )
         crossings = _latent_modules(module, [down, *up_units, norm]) if sp else []
-        if sp:
-            for unit in up_units:
-                if not isinstance(unit, nn.Linear) and not hasattr(unit, "project"):
-                    raise ValueError(
-                        f"BoostParallelStyle(sequence_parallel=True): the up-projection {type(unit).__name__} "
-                        "runs on its local shard, which an nn.Linear or a module with project(u, weight) can"
-                    )
+        for unit in up_units:
+            if not isinstance(unit, nn.Linear) and not hasattr(unit, "project"):
+                raise ValueError(
+                    f"BoostParallelStyle: the up-projection {type(unit).__name__} runs on its local shard, which "
+                    "an nn.Linear or a module with project(u, weight) can"
+                )
 
         # Parameters: A on its input dim, B on its output dim, γ on d, biases where their outputs live.
         shard_parameter(down, "weight", device_mesh, Shard(1))
@@ -180,15 +179,21 @@ class BoostParallelStyle(ParallelStyle):
             swap_forward(norm, _identity_forward)
         for crossing in crossings:
             swap_forward(crossing, _crossing_on_rows_forward, group=group)
-        if sp:  # the gathered latent is a local tensor: the up-projections read it with their local shards
-            for unit in up_units:
-                swap_forward(
-                    unit, _local_linear_forward if isinstance(unit, nn.Linear) else _local_project_forward
-                )
+        # The latent reaches the up-projections as a local tensor (gathered under SP, the replicated latent's
+        # own otherwise): they read it with their local shards, and the model's member views of it (split,
+        # batched) stay plain strided views, whose gradient no DTensor op meets before it is summed.
+        for unit in up_units:
+            swap_forward(
+                unit,
+                _local_linear_forward if isinstance(unit, nn.Linear) else _local_project_forward,
+                mesh=None if sp else device_mesh,  # without SP, the d-wide output leaves as Shard(-1)
+            )
+        if sp:
             gather_output = functools.partial(_gather_output_rows, group)
             gather_input = functools.partial(_gather_input_rows, group)
         else:
-            gather_output, gather_input = _all_reduce_output_grad, _all_reduce_input_grad
+            gather_output = functools.partial(_local_latent_output, group)
+            gather_input = functools.partial(_local_latent_input, group)
         if self.latent is not None:
             module.get_submodule(self.latent).register_forward_hook(gather_output)
         else:
@@ -229,12 +234,12 @@ def _latent_modules(module: nn.Module, projections: list[nn.Module | None]) -> l
     return found
 
 
-def _all_reduce_output_grad(module: nn.Module, args, out):
-    return all_reduce_grad_on_backward(out)
+def _local_latent_output(group: str, module: nn.Module, args, out):
+    return local_with_grad_summed(out, group)
 
 
-def _all_reduce_input_grad(module: nn.Module, args):
-    return (all_reduce_grad_on_backward(args[0]), *args[1:])
+def _local_latent_input(group: str, module: nn.Module, args):
+    return (local_with_grad_summed(args[0], group), *args[1:])
 
 
 def _gather_output_rows(group: str, module: nn.Module, args, out):
@@ -246,13 +251,20 @@ def _gather_input_rows(group: str, module: nn.Module, args):
 
 
 def _local_linear_forward(self: nn.Linear, u: torch.Tensor) -> torch.Tensor:
-    """A column-parallel up-projection on the gathered (local) latent: its local rows of B, its bias shard."""
+    """A column-parallel up-projection on the (local) latent: its local rows of B, its bias shard."""
     bias = self.bias.to_local() if self.bias is not None else None
-    return torch.nn.functional.linear(u, self.weight.to_local(), bias)
+    return _sharded_output(self, torch.nn.functional.linear(u, self.weight.to_local(), bias))
 
 
 def _local_project_forward(self: nn.Module, u: torch.Tensor) -> torch.Tensor:
-    return self.project(u, self.weight.to_local())
+    return _sharded_output(self, self.project(u, self.weight.to_local()))
+
+
+def _sharded_output(unit: nn.Module, y: torch.Tensor) -> torch.Tensor:
+    """Without SP, a ``Shard(-1)`` DTensor for the module's output hook to lay out; under SP the local
+    ``[T, n/t]`` rows, which ``_tokens_as_input`` views as the input's tokens."""
+    mesh = unit._btp_mesh
+    return y if mesh is None else DTensor.from_local(y, mesh, [Shard(y.ndim - 1)], run_check=False)
 
 
 def _tokens_as_input(mesh: DeviceMesh, layout: Placement, use_local: bool, module: nn.Module, args, outputs):

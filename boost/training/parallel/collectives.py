@@ -1,6 +1,7 @@
 """BTP's collectives, named for the direction each one runs in (Megatron's conjugate pairs).
 
-``all_reduce_grad_on_backward``  forward identity, backward all-reduce of the (Partial) gradient.
+``local_with_grad_summed``       the replicated latent as a local tensor; backward all-reduces the
+                                 up-projections' partial input-gradient.
 ``all_reduce_partial``           forward all-reduce of a rank's partial sum (a plain tensor); under
                                  low-rank activation checkpointing its results are recorded in the
                                  forward and replayed in the recompute (``boost.training.parallel.latent_replay``),
@@ -27,7 +28,7 @@ from __future__ import annotations
 import torch
 import torch.distributed._functional_collectives as funcol
 from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor
 
 from boost.training.parallel.latent_replay import replayed_or_recorded
 
@@ -46,25 +47,24 @@ def group_name(mesh: DeviceMesh) -> str:
     return mesh.get_group().group_name
 
 
-class _AllReduceGradOnBackward(torch.autograd.Function):
+class _SumGradOnBackward(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, x: DTensor) -> DTensor:
+    def forward(ctx, x: torch.Tensor, group: TPGroup) -> torch.Tensor:
+        ctx.group = group
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad: DTensor) -> DTensor:
-        # The r-wide latent is Replicate; B's input-grad arrives Partial (one partial sum per
-        # d_out shard). Sum it here, once, at width r — not later at width d.
-        if isinstance(grad, DTensor) and any(p.is_partial() for p in grad.placements):
-            grad = grad.redistribute(grad.device_mesh, [Replicate()] * grad.device_mesh.ndim)
-        return grad
+    def backward(ctx, grad: torch.Tensor):
+        # B's input-gradient: one partial sum per d_out shard. Summed here, once, at width r — not later at
+        # width d. The members' views may hand it back strided; a collective's buffer is contiguous (NCCL).
+        return all_reduce_sum(grad.contiguous(), ctx.group), None
 
 
-def all_reduce_grad_on_backward(x: torch.Tensor) -> torch.Tensor:
-    """Identity forward; backward all-reduces a Partial gradient to Replicate (B's input-grad sync)."""
-    if not isinstance(x, DTensor):
-        return x
-    return _AllReduceGradOnBackward.apply(x)
+def local_with_grad_summed(x: torch.Tensor, group: TPGroup) -> torch.Tensor:
+    """The replicated latent as a local tensor (a ``Replicate`` DTensor's own, or ``x`` itself), as the
+    column-parallel up-projections read it; backward all-reduces their partial input-gradient."""
+    local = x.to_local() if isinstance(x, DTensor) else x
+    return _SumGradOnBackward.apply(local, group)
 
 
 class _RowParallelDown(torch.autograd.Function):
