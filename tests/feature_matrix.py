@@ -18,6 +18,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from boost.training.rules import PIPELINE_TWO_STAGES_PER_RANK
+
 # The model each scheme trains: BTP and vanilla factor the projections (vanilla shards r, so it
 # cannot group them), Megatron is the dense baseline.
 MODELS: dict[str, tuple[str, ...]] = {
@@ -114,6 +116,7 @@ class Row:
     mask: str = "causal"  # boost.attn_mask_type; block_causal rows read PACKED_DOCUMENTS
     lax: bool = False  # LaX instead of CoLA (btp and vanilla rows)
     sp: bool = False  # boost.sequence_parallel (btp: each latent on a rank's tokens)
+    schedule: str = "1F1B"  # parallelism.pipeline_parallel_schedule (pp× layouts)
 
     @property
     def name(self) -> str:
@@ -122,6 +125,7 @@ class Row:
         name = name if self.mask == "causal" else f"{name}-{self.mask}"
         name = name if self.fsdp == "fully_shard" else f"{name}-{self.fsdp}"
         name = f"{name}-sp" if self.sp else name
+        name = name if self.schedule == "1F1B" else f"{name}-{self.schedule}"
         return f"lax-{name}" if self.lax else name
 
     @property
@@ -143,7 +147,17 @@ class Row:
             args += ["--boost.fsdp", self.fsdp]
         if self.sp:
             args += ["--boost.sequence_parallel"]
+        if self.schedule != "1F1B":
+            args += ["--parallelism.pipeline_parallel_schedule", self.schedule]
         return args
+
+    @property
+    def loss_rank(self) -> int:
+        """The rank that logs the loss: the last stage's first (pp 2 × 2: rank 2, or rank 0 where a V-shaped
+        schedule puts the last stage beside the first)."""
+        if not self.layout.startswith("pp×"):
+            return 0
+        return 0 if self.schedule.lower() in PIPELINE_TWO_STAGES_PER_RANK else 2
 
 
 def mask_overrides(mask: str, documents: Path) -> list[str]:
@@ -175,7 +189,7 @@ SUPPORTED: list[Row] = [
     Row("btp", False, "none", "tp"),
     Row("btp", True, "lowrank", "tp"),
     Row("btp", True, "lowrank", "fsdp×tp"),
-    Row("btp", True, "full", "pp×tp"),
+    Row("btp", True, "full", "pp×tp", schedule="Interleaved1F1B"),  # two stages a rank, compiled
     Row("btp", False, "lowrank", "pp×tp"),
     Row("vanilla", True, "full", "tp"),
     Row("vanilla", True, "none", "fsdp×tp"),
@@ -207,12 +221,13 @@ SUPPORTED: list[Row] = [
     Row("btp", True, "lowrank", "fsdp×tp", lax=True),
     Row("vanilla", True, "full", "tp", lax=True),
     Row("vanilla", False, "none", "fsdp×tp", lax=True),
-    Row("vanilla", False, "full", "pp×tp", lax=True),
+    # a zero-bubble schedule's split backward over LaX's carries (views of the DTensors' local tensors)
+    Row("vanilla", False, "full", "pp×tp", lax=True, schedule="InterleavedZeroBubble"),
     # btp's sequence parallelism (each latent on a rank's tokens between a reduce-scatter and an all-gather):
     # compiled low-rank AC keeping both halves, on a context-parallel rank's share of the window (the cp×tp
-    # row above); the eager replay of them and the carry's rows across stages; SimpleFSDP's gathered norm
-    # and gate read on a rank's rows
-    Row("btp", False, "lowrank", "pp×tp", lax=True, sp=True),
+    # row above); the eager replay of them (twice a block under a V-shaped zero-bubble schedule's split
+    # backward) and the carry's rows across stages; SimpleFSDP's gathered norm and gate read on a rank's rows
+    Row("btp", False, "lowrank", "pp×tp", lax=True, sp=True, schedule="ZBVZeroBubble"),
     Row("btp", True, "none", "fsdp×tp", "bfloat16", fsdp="simple_fsdp", lax=True, sp=True),
 ]
 
@@ -241,6 +256,33 @@ REFUSED: list[tuple[int, tuple[str, ...], str]] = [
     (2, (*LAYOUTS["tp"][1], "--boost.no-group-linears"), "boost.norm"),  # online needs one reader per norm
     (2, (*LAYOUTS["tp"][1], "--boost.tp_scheme", "vanilla", "--boost.norm", "sync"), "boost.group_linears"),
     (4, (*LAYOUTS["fsdp×tp"][1], "--boost.fsdp", "simple_fsdp"), "boost.fsdp"),  # not compiled
+    # torch runs a zero-bubble schedule's split backward on eager stages only; DualPipeV overlaps on streams
+    (
+        4,
+        (
+            *LAYOUTS["pp×tp"][1],
+            "--compile.enable",
+            "--parallelism.pipeline_parallel_schedule",
+            "ZBVZeroBubble",
+        ),
+        "parallelism.pipeline_parallel_schedule",
+    ),
+    (
+        4,
+        (
+            *LAYOUTS["pp×tp"][1],
+            "--parallelism.pipeline_parallel_schedule",
+            "DualPipeV",
+            "--validation.no-enable",
+        ),
+        "accelerator",
+    ),
+    # torch's V-shaped schedules run no forward-only pass ("can't steal_bwd_input")
+    (
+        4,
+        (*LAYOUTS["pp×tp"][1], "--parallelism.pipeline_parallel_schedule", "ZBVZeroBubble"),
+        "validation.enable",
+    ),
     # CUDA graphs replay fixed addresses: FSDP2 gathers into new memory outside the graphs
     (4, (*LAYOUTS["fsdp×tp"][1], "--compile.enable", "--boost.cudagraphs"), "boost.cudagraphs"),
 ]

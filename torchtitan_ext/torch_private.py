@@ -18,7 +18,10 @@ apart by what torch has (``STAGE_META``), not by its version number:
 Overridden elsewhere, both APIs (``torchtitan_ext.infra.pipeline.DryRunStage``): ``_prepare_forward_infra``
 and ``_prepare_backward_infra`` (their receive buffers ``args_recv_info`` / ``grad_recv_info`` zeroed on a
 dry run, where nothing is ever received), and on torch ≥ 2.13 ``_warmup_backward_result`` (torch's
-start-up vote on static shapes, which no peer answers there). ``schedules._PipelineSchedule`` is a
+start-up vote on static shapes, which no peer answers there). ``StaticShapeStage`` overrides
+``forward_maybe_with_nosync`` (outputs that are views materialised: a zero-bubble schedule's split backward
+detaches them in place). The zero-bubble schedules run on the 2.13 stage API only
+(``EXACT_SPLIT_BACKWARD``). ``schedules._PipelineSchedule`` is a
 type hint only.
 
 The fake process group (``dist.Backend.FAKE``, a dry run's): on torch 2.11 its reduce-scatters, gathers,
@@ -87,6 +90,12 @@ from torch.distributed.pipelining.schedules import _PipelineSchedule
 
 # torch ≥ 2.13: PipelineStage holds _StageMeta records and takes gradient shapes
 STAGE_META: bool = hasattr(pipelining_utils, "_StageMeta")
+# Whether the zero-bubble schedules' split backward is exact. torch 2.11's ``stage_backward_weight`` hands the
+# summed gradients of a node's several outputs to its first (2.13 gives each output its own): LaX under
+# btp's sequence parallelism trains 2e-4 off its one-process curve from the second update on. Told by the
+# stage API that came with the fix, as the stage's own bridge is (2.11 also opens a V-shaped schedule's
+# links with a message a rank sends itself, which gloo refuses).
+EXACT_SPLIT_BACKWARD: bool = STAGE_META
 
 PipelineSchedule = _PipelineSchedule  # the base of every schedule class (a type hint)
 
@@ -103,10 +112,11 @@ def missing_private_api() -> list[str]:
 
     wanted = {
         "torch.distributed.pipelining._utils": ("_StageMeta", "extract_tensor_metas"),
-        "torch.distributed.pipelining.stage": (  # what DryRunStage overrides
+        "torch.distributed.pipelining.stage": (  # what StaticShapeStage and DryRunStage override
             "PipelineStage._prepare_forward_infra",
             "PipelineStage._prepare_backward_infra",
             "PipelineStage._warmup_backward_result",
+            "PipelineStage.forward_maybe_with_nosync",
         ),
         "torch.distributed._functional_collectives": ("_resolve_group_name",),
         "torch.distributed.distributed_c10d": ("_resolve_process_group",),

@@ -614,6 +614,52 @@ def pipeline_stage_count(
 PIPELINE_MICROBATCH_PER_STAGE = ("1f1b", "dualpipev")
 PIPELINE_MICROBATCH_ROUNDS = ("interleaved1f1b", "interleavedzerobubble")
 PIPELINE_TWO_STAGES_PER_RANK = ("zbvzerobubble", "dualpipev")
+# The zero-bubble schedules, which split each backward into an input- and a weight-gradient pass: torch
+# refuses them over compiled stage modules (``_check_torch_compile_compatibility``, torch 2.11 to 2.14).
+PIPELINE_SPLIT_BACKWARD = ("interleavedzerobubble", "zbvzerobubble", "dualpipev")
+# torchtitan's DualPipeV overlaps a forward and a backward on the accelerator's streams: a CPU has none.
+PIPELINE_ACCELERATOR_ONLY = ("dualpipev",)
+
+
+def pipeline_schedule_problem(schedule: str, pp: int, compiled: bool) -> str | None:
+    """A schedule that splits the backward (``PIPELINE_SPLIT_BACKWARD``) needs eager stages."""
+    if pp > 1 and compiled and schedule.lower() in PIPELINE_SPLIT_BACKWARD:
+        return (
+            f"schedule {schedule} splits each backward into an input- and a weight-gradient pass, which torch "
+            "runs on eager stages only: choose 1F1B or Interleaved1F1B to compile, or pass --compile.no-enable"
+        )
+    return None
+
+
+def pipeline_validation_problem(schedule: str, pp: int, validation: bool) -> str | None:
+    """The V-shaped schedules (``PIPELINE_TWO_STAGES_PER_RANK``) cannot run validation: torch's forward-only
+    pass asserts there ("can't steal_bwd_input if this stage doesn't have backward", torch 2.13 and 2.14)."""
+    if pp > 1 and validation and schedule.lower() in PIPELINE_TWO_STAGES_PER_RANK:
+        return (
+            f"schedule {schedule} cannot validate: torch's V-shaped schedules run no forward-only pass; choose "
+            "Interleaved1F1B or InterleavedZeroBubble, or pass --validation.no-enable"
+        )
+    return None
+
+
+def pipeline_runtime_problem(
+    schedule: str, pp: int, *, on_cpu: bool, exact_split_backward: bool
+) -> str | None:
+    """A schedule this machine's device or torch cannot run right: ``PIPELINE_ACCELERATOR_ONLY`` without an
+    accelerator, ``PIPELINE_SPLIT_BACKWARD`` on a torch whose split backward is not exact."""
+    name = schedule.lower()
+    if pp > 1 and on_cpu and name in PIPELINE_ACCELERATOR_ONLY:
+        return (
+            f"schedule {schedule} overlaps a forward and a backward on the accelerator's streams, and this "
+            "machine has none: choose ZBVZeroBubble (the same V-shaped stages, not overlapped) on a CPU"
+        )
+    if pp > 1 and not exact_split_backward and name in PIPELINE_SPLIT_BACKWARD:
+        return (
+            f"schedule {schedule} splits each backward in two, which this torch's pipelining (before 2.13) "
+            "computes wrong where a node has several outputs: use torch ≥ 2.13, or choose 1F1B or "
+            "Interleaved1F1B"
+        )
+    return None
 
 
 def pipeline_stages_problem(schedule: str, multi_stage: bool, pp: int, stages: int) -> str | None:

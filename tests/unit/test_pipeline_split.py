@@ -57,3 +57,27 @@ def test_a_lax_carry_crosses_a_stage_whole_or_as_a_ranks_rows():
     assert btp.carry_shape(2, 16, 24, 4, sequence_parallel=True) == (8, 24)
     assert btp.carry_shape(2, 16, 24, 1, sequence_parallel=True) == (2, 16, 24)  # one rank: nothing split
     assert vanilla.carry_shape(2, 16, 24, 4, sequence_parallel=True) == (2, 16, 24)  # no plan: whole
+
+
+@pytest.mark.parametrize("num_stages", [4, 6])
+def test_lax_carries_cross_a_stage_boundary_only_between_blocks(num_stages: int):
+    """Chained, the parts of a LaX model compute the whole model, each handing on the carries exactly where
+    the stages declare them (``carry_crosses``): not out of an embedding alone (6 stages of 4 blocks: it has
+    made none), nor into a head that holds no block (it would not read them)."""
+    from boost.training.model.model import carry_keys
+    from torchtitan_ext.infra.pipeline import carry_crosses
+
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs.from_flavor("debug", linear="lax", vocab_size=512, n_layers=4)).double()
+    model.init_weights()
+    names = generate_llm_fqn_per_model_part(num_stages, 4, 1, 1)
+    assert names[-1] == ["norm", "output"] and (names[0] == ["tok_embeddings"]) == (num_stages == 6)
+    tokens = torch.randint(0, 512, (2, 8))
+    carried = len(carry_keys(model.model_args))
+    out: tuple = (tokens,)
+    for boundary, part_names in enumerate(names[:-1], start=1):
+        out = _model_part(model, part_names)(*out)
+        out = out if isinstance(out, tuple) else (out,)
+        assert len(out) == 1 + (carried if carry_crosses(names, boundary) else 0), (boundary, len(out))
+    logits = _model_part(model, names[-1])(*out)
+    torch.testing.assert_close(logits, model(tokens), rtol=1e-12, atol=1e-12)

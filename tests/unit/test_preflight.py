@@ -813,3 +813,56 @@ def test_pipeline_rules_accept_exactly_what_torchs_schedules_accept():
     finally:
         dist.destroy_process_group()
     assert tried > 300 and not disagreements, disagreements
+
+
+def test_split_backward_rule_is_torchs_refusal_of_compiled_stages():
+    """``rules.PIPELINE_SPLIT_BACKWARD`` (refused with a compiled model) names exactly the schedules whose
+    constructors refuse a compiled stage module (fake process group: no communication)."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from boost.training.rules import PIPELINE_SPLIT_BACKWARD, PIPELINE_TWO_STAGES_PER_RANK
+
+    refused = set()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        for name in ("1F1B", "GPipe", "Interleaved1F1B", "LoopedBFS", *PIPELINE_SPLIT_BACKWARD):
+            schedule = get_schedule_class(name)
+            multi = issubclass(schedule, PipelineScheduleMulti)
+            indices = ([0, 3] if name.lower() in PIPELINE_TWO_STAGES_PER_RANK else [0, 2]) if multi else [0]
+            stages = [
+                PipelineStage(torch.compile(torch.nn.Linear(2, 2)), i, 4 if multi else 2, torch.device("cpu"))
+                for i in indices
+            ]
+            try:
+                schedule(stages if multi else stages[0], n_microbatches=4, loss_fn=lambda y, t: y.sum())
+            except RuntimeError as e:
+                assert "torch.compile" in str(e), e
+                refused.add(name.lower())
+    finally:
+        dist.destroy_process_group()
+    assert refused == set(PIPELINE_SPLIT_BACKWARD)
+
+
+@pytest.mark.compat
+def test_a_split_backward_schedule_is_refused_where_torch_computes_it_wrong():
+    """A zero-bubble schedule runs where torch's split backward is exact (the 2.13 stage API) and is refused,
+    before any process starts, on the older one (torch 2.11: the compatibility tier)."""
+    from torchtitan_ext.torch_private import EXACT_SPLIT_BACKWARD
+
+    argv = [
+        "--job.config_file",
+        str(ROOT / "train_configs" / "debug.toml"),
+        *("--parallelism.tensor_parallel_degree", "2", "--parallelism.pipeline_parallel_degree", "2"),
+        *("--parallelism.data_parallel_shard_degree", "1"),
+        *("--parallelism.pipeline_parallel_schedule", "InterleavedZeroBubble"),
+        *("--training.mixed_precision_param", "float32"),
+    ]
+    if EXACT_SPLIT_BACKWARD:
+        check_job(argv, 4)
+    else:
+        with pytest.raises(ConfigError, match=r"parallelism.pipeline_parallel_schedule .*before 2.13"):
+            check_job(argv, 4)

@@ -22,7 +22,8 @@ the first step: it runs one micro-batch forward and backward and sends the shape
     latents         LaX only: each bottleneck's latent ``[mb, s, G·r]`` (``carry_keys``: qkv, o, gate_up,
                     down grouped; q ... down ungrouped), whole on every TP rank (a rank's rows
                     ``[mb·s/t, G·r]`` under btp's sequence parallelism, ``TPScheme.carry_shape``), in the
-                    residual's dtype
+                    residual's dtype; across a boundary with a block on each side (``carry_crosses``):
+                    not out of an embedding alone, nor into a head without a block
 
 Validation runs the same schedule on micro-batches of ``validation.local_batch_size /
 n_microbatches`` × ``validation.seq_len``: the stage holds a second set of shapes for it, and
@@ -118,6 +119,15 @@ class StaticShapeStage(PipelineStage):
         """Allocate for training (``True``) or validation micro-batches from the next initialisation on."""
         use_stage_shapes(self, self._shapes[training])
 
+    def forward_maybe_with_nosync(self, *args, **kwargs):
+        # A split backward (the zero-bubble schedules' input-gradient pass) detaches the stage's outputs in
+        # place, which a view refuses: LaX's carries leave a tensor-parallel block as views of their DTensors'
+        # local tensors. They are materialised (r wide, as each is sent to the next stage anyway).
+        out = super().forward_maybe_with_nosync(*args, **kwargs)
+        if isinstance(out, tuple):
+            return tuple(t.clone() if isinstance(t, torch.Tensor) and t._is_view() else t for t in out)
+        return out.clone() if out._is_view() else out
+
 
 class DryRunStage(StaticShapeStage):
     """A ``StaticShapeStage`` on the fake process group of a dry run, where no message ever arrives.
@@ -160,8 +170,10 @@ def stage_examples(
     job_config: JobConfig,
     parallel_dims: ParallelDims,
     model_args: BaseModelArgs,
+    module_names: list[list[str]],
 ) -> tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]]:
-    """``(inputs, outputs)`` of one stage for one micro-batch, as meta tensors (module docstring's table)."""
+    """``(inputs, outputs)`` of one stage for one micro-batch, as meta tensors (module docstring's table);
+    ``module_names``: every stage's modules, which say where LaX's carries cross (``carry_crosses``)."""
     cfg = job_config.boost
     tp = parallel_dims.tp if parallel_dims.tp_enabled else 1
     d, vocab = model_args.dim, model_args.vocab_size
@@ -182,14 +194,16 @@ def stage_examples(
         )
         for width in carry_widths(model_args)
     )
+    carried_in = carried if carry_crosses(module_names, stage_index) else ()
+    carried_out = carried if carry_crosses(module_names, stage_index + 1) else ()
     first, last = stage_index == 0, stage_index == num_stages - 1
     inputs = (
         (torch.empty(micro_batch, seq_len, dtype=torch.int64, device="meta"),)
         if first
-        else (hidden, *carried)
+        else (hidden, *carried_in)
     )
     if not last:
-        return inputs, (hidden, *carried)
+        return inputs, (hidden, *carried_out)
     if tp > 1 and not job_config.parallelism.disable_loss_parallel:
         local = torch.empty(micro_batch, seq_len, vocab // tp, dtype=dtype, device="meta")
         logits = DTensor.from_local(
@@ -203,6 +217,17 @@ def stage_examples(
     else:
         logits = torch.empty(micro_batch, seq_len, vocab, dtype=dtype, device="meta")
     return inputs, (logits,)
+
+
+def carry_crosses(module_names: list[list[str]], boundary: int) -> bool:
+    """Whether LaX's carries cross the boundary before stage ``boundary``: a block on each side of it (the
+    model part's own rule, ``Transformer.forward``). Not into a head that holds no block (nothing there
+    reads them), nor out of an embedding alone (no block has made them yet)."""
+
+    def holds_a_block(parts: list[list[str]]) -> bool:
+        return any(name.startswith("layers.") for part in parts for name in part)
+
+    return holds_a_block(module_names[:boundary]) and holds_a_block(module_names[boundary:])
 
 
 def carry_widths(model_args: BaseModelArgs) -> tuple[int, ...]:
@@ -362,7 +387,7 @@ def pipeline_boost(
     for index, part in zip(indices, parts, strict=True):
         examples = {
             training: stage_examples(
-                index, num_stages, *shape, training, job_config, parallel_dims, model_args
+                index, num_stages, *shape, training, job_config, parallel_dims, model_args, module_names
             )
             for training, shape in ((True, train_shape), (False, eval_shape))
         }

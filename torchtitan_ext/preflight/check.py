@@ -28,6 +28,7 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from types import SimpleNamespace
 
+from boost.training import rules
 from boost.training.config_error import ConfigError, refuse
 from torchtitan_ext.preflight.config_types import check_instance
 from torchtitan_ext.preflight.job_rules import JobContext, broken_rule
@@ -207,6 +208,7 @@ def _check_built_job(job, world_size: int) -> None:
     """What a job whose values passed the rules still needs: its input files, and the warnings."""
     check_input_files(job, world_size)
     check_attention_kernel(job)
+    check_pipeline_runtime(job)
     _warn(job, world_size)
 
 
@@ -218,6 +220,23 @@ def check_attention_kernel(job) -> None:
     problem = kernel_problem(job.boost.attn_type)
     if problem is not None:
         refuse("boost.attn_type", job.boost.attn_type, problem)
+
+
+def check_pipeline_runtime(job) -> None:
+    """``parallelism.pipeline_parallel_schedule`` runs right on this machine's device and torch (where a rank
+    runs, both are the launcher's)."""
+    from torchtitan_ext.cpu import on_cpu  # torch's device probe: after the checks that need no torch
+    from torchtitan_ext.torch_private import EXACT_SPLIT_BACKWARD
+
+    par = job.parallelism
+    problem = rules.pipeline_runtime_problem(
+        par.pipeline_parallel_schedule,
+        par.pipeline_parallel_degree,
+        on_cpu=on_cpu(),
+        exact_split_backward=EXACT_SPLIT_BACKWARD,
+    )
+    if problem is not None:
+        refuse("parallelism.pipeline_parallel_schedule", par.pipeline_parallel_schedule, problem)
 
 
 def _warn(job, world_size: int) -> None:

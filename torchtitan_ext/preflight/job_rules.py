@@ -607,6 +607,13 @@ RULES: tuple[Rule, ...] = (
         _known_pipeline_schedule,
     ),
     Rule(
+        "parallelism.pipeline_parallel_schedule",
+        "not a zero-bubble schedule (InterleavedZeroBubble, ZBVZeroBubble, DualPipeV) on a compiled model",
+        lambda c: rules.pipeline_schedule_problem(
+            c.job.parallelism.pipeline_parallel_schedule, c.pp, c.compiled_model
+        ),
+    ),
+    Rule(
         "parallelism.pipeline_parallel_layers_per_stage",
         "unset, or ≥ 1",
         lambda c: (
@@ -630,6 +637,13 @@ RULES: tuple[Rule, ...] = (
         "validation.local_batch_size",
         "a multiple of the pipeline's micro-batch count (PP > 1, validation on)",
         _validation_splits_into_microbatches,
+    ),
+    Rule(
+        "validation.enable",
+        "false with a V-shaped pipeline schedule (ZBVZeroBubble, DualPipeV)",
+        lambda c: rules.pipeline_validation_problem(
+            c.job.parallelism.pipeline_parallel_schedule, c.pp, c.job.validation.enable
+        ),
     ),
     # Training
     at_least("training.steps", 1),

@@ -221,8 +221,8 @@ class Transformer(nn.Module):
 
         A part of the model (a pipeline stage: the embedding or the head ``None``) takes and returns the
         residual stream instead; under LaX it also takes the latents the blocks before it carried
-        (``carried``, in ``carry_keys`` order) and, unless it ends in the head, returns them after the
-        residual stream: ``(h, *latents)``."""
+        (``carried``, in ``carry_keys`` order) and, where a later part holds a block, returns them after
+        the residual stream: ``(h, *latents)``."""
         # Pipeline stages may have dropped the embedding / head: pass through what arrives.
         h = self.tok_embeddings(tokens) if self.tok_embeddings is not None else tokens
         rope = self.rope if cache is None else self.rope[cache.begin(tokens.shape[1]) :]
@@ -237,10 +237,16 @@ class Transformer(nn.Module):
                 h, carry = layer(h, rope, carry, cache=cache, attention_masks=attention_masks)
         if cache is not None:
             cache.end(tokens.shape[1])
-        if lax and self.output is None:  # a part before the head: the next part continues the carry
+        if lax and self._blocks_follow():  # a part before the last block: the next part continues the carry
             return (h, *(carry[key] for key in carry_keys(self.model_args)))
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h
+
+    def _blocks_follow(self) -> bool:
+        """Whether this part holds blocks and a later part of the model holds more (a pipeline stage's part:
+        the blocks keep their model-wide names)."""
+        held = [int(name) for name in self.layers]
+        return bool(held) and max(held) < self.model_args.n_layers - 1
 
 
 def carry_keys(args: ModelArgs) -> tuple[str, ...]:

@@ -9,7 +9,6 @@ around the forward and the recompute (its ``context_fn``).
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections.abc import Callable
 
@@ -39,19 +38,24 @@ def replayed_or_recorded(run: Callable[[], torch.Tensor]) -> torch.Tensor:
     return replayed if replayed is not None else recorded(run())
 
 
-@contextlib.contextmanager
-def _using(role: str, store: list):
-    """Make ``store`` this thread's ``record`` or ``replay`` list for the duration."""
-    previous = getattr(_latents, role, None)
-    setattr(_latents, role, store)
-    try:
-        yield
-    finally:
-        setattr(_latents, role, previous)
+class _Using:
+    """Make a list this thread's ``record`` or ``replay`` list while entered. Re-enterable: a split backward
+    (a zero-bubble pipeline schedule's input- then weight-gradient pass) recomputes a block once in each,
+    entering the same recompute context twice; each replay starts from the first recorded result."""
+
+    def __init__(self, role: str, store: list):
+        self.role, self.store, self.previous = role, store, []
+
+    def __enter__(self) -> None:
+        self.previous.append(getattr(_latents, self.role, None))
+        setattr(_latents, self.role, self.store if self.role == "record" else list(self.store))
+
+    def __exit__(self, *exc) -> None:
+        setattr(_latents, self.role, self.previous.pop())
 
 
 def record_and_replay_collectives() -> tuple:
     """Context pair for ``torch.utils.checkpoint``'s ``context_fn``: the forward records every
     forward all-reduce's result, the recompute replays them in order instead of communicating."""
     store: list[torch.Tensor] = []
-    return _using("record", store), _using("replay", store)
+    return _Using("record", store), _Using("replay", store)
