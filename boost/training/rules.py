@@ -711,14 +711,24 @@ def pipeline_microbatch_problem(
 
 
 def sequence_parallel_problem(sequence_parallel: bool, tp_scheme: str, seq_len: int, tp: int) -> str | None:
+    """``boost.sequence_parallel`` on a scheme with the plan, over a training sequence it splits."""
     if not sequence_parallel or tp == 1:
         return None
     if SCHEMES[tp_scheme].sequence_parallel is None:
         planned = " and ".join(s.name for s in SCHEMES.values() if s.sequence_parallel)
         return f"only the {planned} schemes have a sequence-parallel plan: drop it, or use one of them"
-    if seq_len % tp:
-        return f"shards the sequence: training.seq_len = {seq_len} must be divisible by {tp}"
-    return None
+    length = sequence_parallel_length_problem(sequence_parallel, tp_scheme, seq_len, tp)
+    return None if length is None else f"training.seq_len = {seq_len} {length}"
+
+
+def sequence_parallel_length_problem(
+    sequence_parallel: bool, tp_scheme: str, seq_len: int, tp: int
+) -> str | None:
+    """A sequence (training's, validation's) that sequence parallelism cannot split over the TP ranks; a
+    scheme without the plan is ``sequence_parallel_problem``'s to refuse."""
+    if not sequence_parallel or tp == 1 or SCHEMES[tp_scheme].sequence_parallel is None or seq_len % tp == 0:
+        return None
+    return f"must be divisible by the TP degree {tp}: boost.sequence_parallel shards the sequence"
 
 
 # ----------------------------------------------------------------------------- attention

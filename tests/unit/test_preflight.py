@@ -391,7 +391,8 @@ CASES = [
             "63",
         ],
         2,
-        "boost.sequence_parallel = True: shards the sequence: training.seq_len = 63 must be divisible by 2",
+        "boost.sequence_parallel = True: training.seq_len = 63 must be divisible by the TP degree 2: "
+        "boost.sequence_parallel shards the sequence",
     ),
     (
         [

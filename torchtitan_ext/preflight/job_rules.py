@@ -288,11 +288,9 @@ def _enough_microbatches(ctx: JobContext) -> str | None:
 
 def _sequence_parallel_sequence(ctx: JobContext, seq_len: int) -> str | None:
     """A sequence the validator runs, split over the TP ranks as training's is (``boost.sequence_parallel``)."""
-    if not ctx.boost.sequence_parallel or ctx.tp == 1 or seq_len % ctx.tp == 0:
-        return None
-    if rules.SCHEMES[ctx.boost.tp_scheme].sequence_parallel is None:
-        return None  # no plan: the boost.sequence_parallel row refuses the job
-    return f"must be divisible by the TP degree {ctx.tp}: boost.sequence_parallel shards the sequence"
+    return rules.sequence_parallel_length_problem(
+        ctx.boost.sequence_parallel, ctx.boost.tp_scheme, seq_len, ctx.tp
+    )
 
 
 def _context_parallel_sequence(ctx: JobContext, seq_len: int) -> str | None:
