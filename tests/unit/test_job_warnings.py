@@ -96,3 +96,37 @@ def test_a_refused_job_says_its_refusal_alone(tmp_path, capsys):
     with pytest.raises(ConfigError, match="training.steps = 0"):
         preflight([*argv, "--job.dump_folder", str(tmp_path / "out")], 1)
     assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize(
+    "schedule,ac,warned",
+    [
+        ("ZBVZeroBubble", "lowrank", True),
+        ("InterleavedZeroBubble", "full", True),
+        ("InterleavedZeroBubble", "none", False),
+        ("Interleaved1F1B", "full", False),
+    ],
+)
+def test_checkpointing_under_a_zero_bubble_schedule_is_said_to_recompute_per_parameter_group(
+    schedule, ac, warned
+):
+    argv = [
+        "--job.config_file",
+        DEBUG,
+        *("--parallelism.tensor_parallel_degree", "2", "--parallelism.pipeline_parallel_degree", "2"),
+        *("--parallelism.pipeline_parallel_schedule", schedule, "--boost.activation_checkpoint", ac),
+        "--validation.no-enable",
+    ]
+    lines = [
+        line for line in job_warnings_of(argv, world_size=4) if line.startswith("boost.activation_checkpoint")
+    ]
+    assert lines == (
+        [
+            f"boost.activation_checkpoint = '{ac}' under schedule {schedule}: its weight-gradient pass asks autograd "
+            "once per parameter group, and each ask recomputes the checkpointed block (11-22 times a micro-batch on "
+            "the debug model, where 1F1B recomputes it once); the losses are the same. Set "
+            "boost.activation_checkpoint none, or choose Interleaved1F1B"
+        ]
+        if warned
+        else []
+    )
