@@ -73,7 +73,13 @@ from torchtitan.protocols.train_spec import BaseModelArgs, ParallelizeFunction
 from torchtitan.tools.logging import logger
 
 from boost.training.model.model import carry_keys
-from boost.training.rules import KINDS, SCHEMES, pipeline_stage_count, pipeline_stages_problem
+from boost.training.rules import (
+    KINDS,
+    PIPELINE_SPLIT_BACKWARD,
+    SCHEMES,
+    pipeline_stage_count,
+    pipeline_stages_problem,
+)
 from torchtitan_ext.infra.parallelize import fsdp_wraps
 from torchtitan_ext.torch_private import (
     PipelineSchedule,
@@ -91,6 +97,8 @@ class StaticShapeStage(PipelineStage):
     ``training`` / ``validation``: ``(inputs, outputs)`` example tensors (meta device) of one
     micro-batch. torch keeps one set of static shapes per stage; ``PerTokenSchedule`` hands the stage
     the set of the pass it runs (``use``), and the schedule re-initialises its stages on a switch.
+    ``split_backward``: the schedule splits each backward in two (``rules.PIPELINE_SPLIT_BACKWARD``), whose
+    first pass detaches the stage's outputs in place (``forward_maybe_with_nosync``).
     """
 
     def __init__(
@@ -102,8 +110,10 @@ class StaticShapeStage(PipelineStage):
         training: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]],
         validation: tuple[tuple[torch.Tensor, ...], tuple[torch.Tensor, ...]],
         group: dist.ProcessGroup,
+        split_backward: bool = False,
     ) -> None:
         inputs, outputs = training
+        self._split_backward = split_backward
         last = stage_index == num_stages - 1
         super().__init__(
             submodule,
@@ -122,8 +132,11 @@ class StaticShapeStage(PipelineStage):
     def forward_maybe_with_nosync(self, *args, **kwargs):
         # A split backward (the zero-bubble schedules' input-gradient pass) detaches the stage's outputs in
         # place, which a view refuses: LaX's carries leave a tensor-parallel block as views of their DTensors'
-        # local tensors. They are materialised (r wide, as each is sent to the next stage anyway).
+        # local tensors. There they are materialised (r wide, held until the stage's backward); the other
+        # schedules keep the views.
         out = super().forward_maybe_with_nosync(*args, **kwargs)
+        if not self._split_backward:
+            return out
         if isinstance(out, tuple):
             return tuple(t.clone() if isinstance(t, torch.Tensor) and t._is_view() else t for t in out)
         return out.clone() if out._is_view() else out
@@ -372,6 +385,7 @@ def pipeline_boost(
         logger.debug(f"Stage {i}: {names}")
 
     v_shaped = schedule_class in (ScheduleZBVZeroBubble, ScheduleDualPipeV)
+    split_backward = par.pipeline_parallel_schedule.lower() in PIPELINE_SPLIT_BACKWARD
     indices = _stage_indices(pp_rank, pp, num_stages, v_shaped)
     parts = []
     for index in indices:
@@ -391,7 +405,11 @@ def pipeline_boost(
             )
             for training, shape in ((True, train_shape), (False, eval_shape))
         }
-        stages.append(stage_class(part, index, num_stages, device, examples[True], examples[False], group))
+        stages.append(
+            stage_class(
+                part, index, num_stages, device, examples[True], examples[False], group, split_backward
+            )
+        )
 
     # the trainer's global_valid_tokens: summed over the batch mesh, and over its gradient-accumulation steps
     dp = parallel_dims.get_mesh("batch").size() if parallel_dims.dp_enabled else 1
