@@ -621,9 +621,14 @@ PIPELINE_SPLIT_BACKWARD = ("interleavedzerobubble", "zbvzerobubble", "dualpipev"
 PIPELINE_ACCELERATOR_ONLY = ("dualpipev",)
 
 
+def splits_backward(schedule: str) -> bool:
+    """Whether a schedule (torch's name, any case) splits each backward in two (``PIPELINE_SPLIT_BACKWARD``)."""
+    return schedule.lower() in PIPELINE_SPLIT_BACKWARD
+
+
 def pipeline_schedule_problem(schedule: str, pp: int, compiled: bool) -> str | None:
     """A schedule that splits the backward (``PIPELINE_SPLIT_BACKWARD``) needs eager stages."""
-    if pp > 1 and compiled and schedule.lower() in PIPELINE_SPLIT_BACKWARD:
+    if pp > 1 and compiled and splits_backward(schedule):
         return (
             f"schedule {schedule} splits each backward into an input- and a weight-gradient pass, which torch "
             "runs on eager stages only: choose 1F1B or Interleaved1F1B to compile, or pass --compile.no-enable"
@@ -653,7 +658,7 @@ def pipeline_runtime_problem(
             f"schedule {schedule} overlaps a forward and a backward on the accelerator's streams, and this "
             "machine has none: choose ZBVZeroBubble (the same V-shaped stages, not overlapped) on a CPU"
         )
-    if pp > 1 and not exact_split_backward and name in PIPELINE_SPLIT_BACKWARD:
+    if pp > 1 and not exact_split_backward and splits_backward(schedule):
         return (
             f"schedule {schedule} splits each backward in two, which this torch's pipelining (before 2.13) "
             "computes wrong where a node has several outputs: use torch ≥ 2.13, or choose 1F1B or "

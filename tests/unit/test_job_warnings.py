@@ -110,10 +110,10 @@ def test_a_refused_job_says_its_refusal_alone(tmp_path, capsys):
 def test_checkpointing_under_a_zero_bubble_schedule_is_said_to_recompute_per_parameter_group(
     schedule, ac, warned
 ):
-    from boost.training.rules import PIPELINE_SPLIT_BACKWARD
+    from boost.training.rules import splits_backward
     from torchtitan_ext.torch_private import EXACT_SPLIT_BACKWARD
 
-    if schedule.lower() in PIPELINE_SPLIT_BACKWARD and not EXACT_SPLIT_BACKWARD:
+    if splits_backward(schedule) and not EXACT_SPLIT_BACKWARD:
         pytest.skip("refused on this torch: test_preflight.py's split-backward test")
     argv = [
         "--job.config_file",

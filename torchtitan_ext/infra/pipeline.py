@@ -75,10 +75,10 @@ from torchtitan.tools.logging import logger
 from boost.training.model.model import carry_keys
 from boost.training.rules import (
     KINDS,
-    PIPELINE_SPLIT_BACKWARD,
     SCHEMES,
     pipeline_stage_count,
     pipeline_stages_problem,
+    splits_backward,
 )
 from torchtitan_ext.infra.parallelize import fsdp_wraps
 from torchtitan_ext.torch_private import (
@@ -385,7 +385,7 @@ def pipeline_boost(
         logger.debug(f"Stage {i}: {names}")
 
     v_shaped = schedule_class in (ScheduleZBVZeroBubble, ScheduleDualPipeV)
-    split_backward = par.pipeline_parallel_schedule.lower() in PIPELINE_SPLIT_BACKWARD
+    split_backward = splits_backward(par.pipeline_parallel_schedule)
     indices = _stage_indices(pp_rank, pp, num_stages, v_shaped)
     parts = []
     for index in indices:

@@ -8,7 +8,7 @@ a rank that checks its own job (started by torchrun directly) warns with ``JobWa
 
 from __future__ import annotations
 
-from boost.training.rules import PIPELINE_SPLIT_BACKWARD, SHARD_LOCAL_NORM_WARNING, norm_is_shard_local
+from boost.training.rules import SHARD_LOCAL_NORM_WARNING, norm_is_shard_local, splits_backward
 
 # A step of train_configs/60M.toml's model on a 2-core CPU, bf16 autocast against float32, interleaved
 # (bench/results/cpu_bf16.md): without bf16 instructions (torch's AVX2 kernels, most CPUs) bf16 has no
@@ -71,7 +71,7 @@ def split_backward_recomputes(job) -> str | None:
     """
     par, ac = job.parallelism, job.boost.activation_checkpoint
     schedule = par.pipeline_parallel_schedule
-    if par.pipeline_parallel_degree == 1 or ac == "none" or schedule.lower() not in PIPELINE_SPLIT_BACKWARD:
+    if par.pipeline_parallel_degree == 1 or ac == "none" or not splits_backward(schedule):
         return None
     return (
         f"boost.activation_checkpoint = {ac!r} under schedule {schedule}: its weight-gradient pass asks "
