@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from boost.training.rules import PIPELINE_TWO_STAGES_PER_RANK
+from boost.training.rules import pipeline_loss_rank
 
 # The model each scheme trains: BTP and vanilla factor the projections (vanilla shards r, so it
 # cannot group them), Megatron is the dense baseline.
@@ -153,11 +153,10 @@ class Row:
 
     @property
     def loss_rank(self) -> int:
-        """The rank that logs the loss: the last stage's first (pp 2 × 2: rank 2, or rank 0 where a V-shaped
-        schedule puts the last stage beside the first)."""
-        if not self.layout.startswith("pp×"):
-            return 0
-        return 0 if self.schedule.lower() in PIPELINE_TWO_STAGES_PER_RANK else 2
+        """The rank that logs the loss (pp 2 × tp 2: rank 2, the last stage's first, or rank 0 where a
+        V-shaped schedule puts the last stage beside the first). A wrong one logs -1 and fails the row."""
+        pp = 2 if self.layout.startswith("pp×") else 1
+        return pipeline_loss_rank(self.schedule, pp, LAYOUTS[self.layout][0])
 
 
 def mask_overrides(mask: str, documents: Path) -> list[str]:
@@ -286,4 +285,10 @@ REFUSED: list[tuple[int, tuple[str, ...], str]] = [
     ),
     # CUDA graphs replay fixed addresses: FSDP2 gathers into new memory outside the graphs
     (4, (*LAYOUTS["fsdp×tp"][1], "--compile.enable", "--boost.cudagraphs"), "boost.cudagraphs"),
+    # a CSV's actions would overrule the schedule's name, by which the rules above check it
+    (
+        4,
+        (*LAYOUTS["pp×tp"][1], "--parallelism.pipeline_parallel_schedule_csv", "interleaved.csv"),
+        "parallelism.pipeline_parallel_schedule_csv",
+    ),
 ]

@@ -31,15 +31,21 @@ SMALL = [
 
 
 def run_train(
-    tmp_path: Path, *overrides: str, ngpu: int = 1, steps: int = 10, log_rank: int = 0, folder: str = "out"
+    tmp_path: Path,
+    *overrides: str,
+    ngpu: int = 1,
+    steps: int = 10,
+    log_rank: int | None = 0,
+    folder: str = "out",
 ) -> str:
+    """``run_train.sh``'s run; its console. ``log_rank=None``: ``LOG_RANK`` unset, the launcher's choice."""
     log_dir = tmp_path / f"{folder}-rank-logs"
     env = dict(
         os.environ,
         NGPU=str(ngpu),
         PYTHON=sys.executable,
         BOOST_CACHE=str(tmp_path.parent / "boost-cache"),
-        LOG_RANK=str(log_rank),
+        LOG_RANK="" if log_rank is None else str(log_rank),
         LOG_DIR=str(log_dir),
     )
     cmd = [
@@ -53,7 +59,7 @@ def run_train(
     ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out[-6000:] + _other_ranks_errors(log_dir, log_rank)
+    assert proc.returncode == 0, out[-6000:] + _other_ranks_errors(log_dir, log_rank or 0)
     return out
 
 

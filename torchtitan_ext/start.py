@@ -3,7 +3,7 @@
 ``python -m torchtitan_ext.start ARGS`` takes the trainer's arguments (``--job.config_file X.toml``
 and the overrides) and run_train.sh's environment: ``NGPU`` (processes on this node), ``DRY_RUN=1``
 (one process, rank 0 of ``NGPU``, on torchtitan's fake process group), ``TRAIN_FILE`` (the module each
-rank runs, ``torchtitan_ext.train``), ``LOG_RANK`` (the ranks shown on the console, ``0``) and
+rank runs, ``torchtitan_ext.train``), ``LOG_RANK`` (the ranks shown on the console: ``console_ranks``) and
 ``LOG_DIR`` (every rank's output kept in files). In order:
 
 0. The installed torch against the supported range (``torchtitan_ext.torch_range``, from its
@@ -72,6 +72,8 @@ def main(argv: list[str]) -> int:
     from torchtitan_ext.launch import main as launch
 
     os.environ.setdefault("PYTORCH_ALLOC_CONF", ALLOC_CONF)
+    # the ranks read it too: torchtitan warns where it leaves out the rank holding the loss
+    os.environ["LOG_RANK"] = console_ranks(values, ngpu, os.environ.get("LOG_RANK"))
     log_dir = os.environ.get("LOG_DIR")
     return launch(
         [
@@ -80,7 +82,7 @@ def main(argv: list[str]) -> int:
             "c10d",
             "--rdzv_endpoint=localhost:0",
             "--local-ranks-filter",
-            os.environ.get("LOG_RANK") or "0",
+            os.environ["LOG_RANK"],
             "--role",
             "rank",
             "--tee",
@@ -91,6 +93,19 @@ def main(argv: list[str]) -> int:
             *argv,
         ]
     )
+
+
+def console_ranks(values, ngpu: int, log_rank: str | None) -> str:
+    """The ranks the console shows (torchrun's ``--local-ranks-filter``): ``LOG_RANK`` where set; else
+    rank 0 (BOOST's one-rank lines: a stop, a resume, a refusal) and, under pipeline parallelism, the
+    rank whose step lines hold the loss (``rules.pipeline_loss_rank``)."""
+    if log_rank:
+        return log_rank
+    from boost.training.rules import pipeline_loss_rank
+
+    par = values.parallelism
+    loss_rank = pipeline_loss_rank(par.pipeline_parallel_schedule, par.pipeline_parallel_degree, ngpu)
+    return "0" if loss_rank == 0 else f"0,{loss_rank}"
 
 
 def share_the_cores(processes: int) -> None:

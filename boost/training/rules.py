@@ -626,6 +626,28 @@ def splits_backward(schedule: str) -> bool:
     return schedule.lower() in PIPELINE_SPLIT_BACKWARD
 
 
+def pipeline_loss_rank(schedule: str, pp: int, world_size: int) -> int:
+    """The rank whose step lines and metrics hold the loss: the first rank of the last pipeline stage
+    (torchtitan's mesh puts ``pp`` outermost, so that is ``world_size // pp * (pp - 1)``); rank 0 without
+    PP, and under a V-shaped schedule (``PIPELINE_TWO_STAGES_PER_RANK``), whose last stage is rank 0's
+    second. The other pipeline ranks log a loss of -1 (torchtitan's placeholder)."""
+    if pp <= 1 or schedule.lower() in PIPELINE_TWO_STAGES_PER_RANK:
+        return 0
+    return world_size // pp * (pp - 1)
+
+
+def pipeline_csv_problem(schedule_csv: str | None, pp: int) -> str | None:
+    """No custom CSV schedule: what BOOST checks and builds per schedule (the split backward, the stages per
+    rank, the micro-batch rounds, the rank holding the loss) goes by ``pipeline_parallel_schedule``'s name,
+    which a CSV's actions would overrule unchecked."""
+    if pp > 1 and schedule_csv:
+        return (
+            'BOOST checks a pipeline schedule by its name, not by a CSV\'s actions: set it to "" and name '
+            "the schedule in parallelism.pipeline_parallel_schedule"
+        )
+    return None
+
+
 def pipeline_schedule_problem(schedule: str, pp: int, compiled: bool) -> str | None:
     """A schedule that splits the backward (``PIPELINE_SPLIT_BACKWARD``) needs eager stages."""
     if pp > 1 and compiled and splits_backward(schedule):

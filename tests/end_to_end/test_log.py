@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from tests.trainer import run_train
+from tests.trainer import losses, run_train
 
 # Every warning the default job's log may hold, each with why it applies to the run. A warning that
 # does not apply is answered where it arises (torchtitan_ext/start_warnings.py, the preflight's
@@ -103,3 +103,25 @@ def test_a_tp_bf16_cpu_run_logs_what_computes_and_its_start_up(tmp_path):
     assert log.index("step:  1") < log.index("BOOST start-up:")
     # the end: a barrier, not torchtitan's 2-second sleep on rank 0 (nor its line announcing one)
     assert "Training completed" in log and "Sleeping 2 seconds" not in log
+
+
+@pytest.mark.slow
+def test_a_pipelined_runs_console_shows_the_rank_holding_the_loss(tmp_path):
+    # torchtitan logs the loss on the last stage's ranks only (-1 on the others) and warns where LOG_RANK
+    # leaves them out; unset, the launcher shows rank 0 and the last stage's first rank (rank 1 of pp 2)
+    steps = 2
+    log = run_train(
+        tmp_path,
+        "--parallelism.pipeline_parallel_degree", "2",
+        "--parallelism.data_parallel_shard_degree", "1",
+        "--checkpoint.no-enable",
+        "--validation.no-enable",
+        ngpu=2,
+        steps=steps,
+        log_rank=None,
+    )  # fmt: skip
+    by_rank = {r: "\n".join(re.findall(rf"^\[rank{r}\]:(.*)$", log, re.M)) for r in (0, 1)}
+    assert "Training starts at step 1" in by_rank[0], log[-3000:]
+    assert losses(by_rank[1]).keys() == set(range(1, steps + 1)), log[-3000:]
+    assert re.search(r"step:\s+1\s+\S*loss: -1\.0", by_rank[0]), log[-3000:]  # torchtitan's placeholder
+    assert "Pipeline Parallel loss is not visible" not in log

@@ -605,6 +605,11 @@ RULES: tuple[Rule, ...] = (
         _known_pipeline_schedule,
     ),
     Rule(
+        "parallelism.pipeline_parallel_schedule_csv",
+        "empty: a schedule named in pipeline_parallel_schedule (PP > 1)",
+        lambda c: rules.pipeline_csv_problem(c.job.parallelism.pipeline_parallel_schedule_csv, c.pp),
+    ),
+    Rule(
         "parallelism.pipeline_parallel_schedule",
         "not a zero-bubble schedule (InterleavedZeroBubble, ZBVZeroBubble, DualPipeV) on a compiled model",
         lambda c: rules.pipeline_schedule_problem(
