@@ -227,7 +227,8 @@ SUPPORTED: list[Row] = [
     # compiled low-rank AC keeping both halves, on a context-parallel rank's share of the window (the cp×tp
     # row above); the eager replay of them (twice a block under a V-shaped zero-bubble schedule's split
     # backward) and the carry's rows across stages; SimpleFSDP's gathered norm and gate read on a rank's rows
-    Row("btp", False, "lowrank", "pp×tp", lax=True, sp=True, schedule="ZBVZeroBubble"),
+    # spelt as torch also reads it: torchtitan's own TensorBoard rank knows "ZBVZeroBubble" alone
+    Row("btp", False, "lowrank", "pp×tp", lax=True, sp=True, schedule="zbvzerobubble"),
     Row("btp", True, "none", "fsdp×tp", "bfloat16", fsdp="simple_fsdp", lax=True, sp=True),
 ]
 

@@ -28,12 +28,20 @@ from torchtitan.components.metrics import MetricsProcessor
 from torchtitan.tools.logging import logger
 
 from boost.runtime.comm_counter import CommCounter
+from boost.training.rules import pipeline_loss_rank
 from torchtitan_ext.guards.nonfinite_guard import refuse_non_finite
+from torchtitan_ext.torchtitan_private import metrics_logged_on
 
 
 class BoostMetricsProcessor(MetricsProcessor):
     def __init__(self, job_config, parallel_dims, tag: str | None = None):
-        super().__init__(job_config, parallel_dims, tag)
+        # TensorBoard / W&B on the rank whose loss is the loss (torchtitan_private.metrics_logged_on: why)
+        par = job_config.parallelism
+        loss_rank = pipeline_loss_rank(
+            par.pipeline_parallel_schedule, parallel_dims.pp, parallel_dims.world_size
+        )
+        with metrics_logged_on(loss_rank):
+            super().__init__(job_config, parallel_dims, tag)
         self._counter: CommCounter | None = None
         self._compiled = job_config.compile.enable
         self._enabled = job_config.boost.log_comm

@@ -16,6 +16,10 @@ torchtitan's ``main``) removes, each where it arises:
   disable, warning) and no word about it.
 - ``'set_vital' is deprecated``: torchdata's ``StatefulDataLoader`` calls torch's ``set_vital``, a
   no-op since torch 2.13 that warns on lookup; ignored for torchdata's call alone.
+- ``Pipeline Parallel loss is not visible. Please add rank N to LOG_RANK``: torchtitan's check knows one
+  V-shaped schedule, by its exact name "ZBVZeroBubble". Under DualPipeV, or ZBV spelt in another case
+  (torch reads any), the loss is rank 0's (``rules.pipeline_loss_rank``), which the console shows, and it
+  named the last stage's first rank instead; those schedules skip the check, as "ZBVZeroBubble" does.
 - ``Error running lspci``: torchtitan's peak-FLOPs lookup runs ``lspci`` to tell H100 variants apart.
   Where there is none, the device name torch reports tells them apart as well (``NVIDIA H100 PCIe``,
   ``NVIDIA H100 NVL``, ``NVIDIA H100 80GB HBM3``), and the lookup falls back to it without the probe.
@@ -46,6 +50,7 @@ def install() -> None:
         "ignore", message="'set_vital' is deprecated", category=UserWarning, module=r"torchdata\."
     )
     _no_float32_autocast()
+    _pipeline_loss_check_knows_every_v_schedule()
     if on_cpu():
         os.environ.pop(NCCL_ERROR_HANDLING_ENV, None)
     else:
@@ -67,6 +72,25 @@ def _no_float32_autocast() -> None:
     maybe_enable_amp.boost_no_float32_autocast = True
     # torchtitan's trainer calls it as dist_utils.maybe_enable_amp: the module's attribute
     dist_utils.maybe_enable_amp = maybe_enable_amp
+
+
+def _pipeline_loss_check_knows_every_v_schedule() -> None:
+    import torchtitan.train as train
+
+    from boost.training.rules import PIPELINE_TWO_STAGES_PER_RANK
+
+    check = train.ensure_pp_loss_visible
+    if getattr(check, "boost_every_v_schedule", False):
+        return
+
+    def ensure_pp_loss_visible(parallel_dims, job_config, color) -> None:
+        if job_config.parallelism.pipeline_parallel_schedule.lower() in PIPELINE_TWO_STAGES_PER_RANK:
+            return  # rank 0 holds the loss: torchtitan's own answer for "ZBVZeroBubble"
+        check(parallel_dims, job_config, color)
+
+    ensure_pp_loss_visible.boost_every_v_schedule = True
+    # torchtitan's trainer calls it by the name it imported into torchtitan.train
+    train.ensure_pp_loss_visible = ensure_pp_loss_visible
 
 
 def _peak_flops_without_missing_lspci() -> None:

@@ -28,6 +28,11 @@ Called here (wrappers, so the rest of BOOST names no private attribute):
   ``validators_built_with``, BOOST's builder, so the validator reads BOOST's held-out loaders (the
   ``tokens`` dataset, which torchtitan's text builder cannot read, and text restarted at every
   validation) and builds one loader, not torchtitan's as well.
+- ``torchtitan.components.metrics._get_metrics_rank``, the module global through which
+  ``MetricsProcessor.__init__`` chooses the rank that writes TensorBoard / W&B: for the span of
+  ``metrics_logged_on``, BOOST's ``rules.pipeline_loss_rank``. torchtitan's knows one V-shaped schedule, by
+  its exact name "ZBVZeroBubble": under DualPipeV, or ZBV spelt in another case (torch reads any), its
+  logger sat on a rank whose loss is -1.
 
 Overridden elsewhere, because the behaviour to change has no public hook (named here so that an
 upgrade of torchtitan knows where to look):
@@ -122,6 +127,20 @@ def validators_built_with(build_loader: Callable[..., Any]) -> Iterator[None]:
         yield
     finally:
         validate.build_text_validation_dataloader = original
+
+
+@contextmanager
+def metrics_logged_on(rank: int) -> Iterator[None]:
+    """While open, torchtitan's ``MetricsProcessor`` puts its TensorBoard / W&B logger on ``rank`` (unless
+    ``metrics.save_for_all_ranks``) instead of where ``_get_metrics_rank`` would."""
+    import torchtitan.components.metrics as metrics
+
+    original = metrics._get_metrics_rank
+    metrics._get_metrics_rank = lambda parallel_dims, job_config: rank
+    try:
+        yield
+    finally:
+        metrics._get_metrics_rank = original
 
 
 def distribute_tensor_parallel_parameter(param, dp_mesh, placements: tuple):

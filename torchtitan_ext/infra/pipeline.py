@@ -72,7 +72,7 @@ from torchtitan.distributed.pipeline_parallel import build_pipeline_schedule, ge
 from torchtitan.protocols.train_spec import BaseModelArgs, ParallelizeFunction
 from torchtitan.tools.logging import logger
 
-from boost.training.model.model import carry_keys
+from boost.training.model.model import carry_keys, hands_carries_on
 from boost.training.rules import (
     KINDS,
     SCHEMES,
@@ -207,8 +207,8 @@ def stage_examples(
         )
         for width in carry_widths(model_args)
     )
-    carried_in = carried if carry_crosses(module_names, stage_index) else ()
-    carried_out = carried if carry_crosses(module_names, stage_index + 1) else ()
+    carried_in = carried if carry_crosses(module_names, stage_index, model_args.n_layers) else ()
+    carried_out = carried if carry_crosses(module_names, stage_index + 1, model_args.n_layers) else ()
     first, last = stage_index == 0, stage_index == num_stages - 1
     inputs = (
         (torch.empty(micro_batch, seq_len, dtype=torch.int64, device="meta"),)
@@ -232,15 +232,13 @@ def stage_examples(
     return inputs, (logits,)
 
 
-def carry_crosses(module_names: list[list[str]], boundary: int) -> bool:
-    """Whether LaX's carries cross the boundary before stage ``boundary``: a block on each side of it (the
-    model part's own rule, ``Transformer.forward``). Not into a head that holds no block (nothing there
-    reads them), nor out of an embedding alone (no block has made them yet)."""
-
-    def holds_a_block(parts: list[list[str]]) -> bool:
-        return any(name.startswith("layers.") for part in parts for name in part)
-
-    return holds_a_block(module_names[:boundary]) and holds_a_block(module_names[boundary:])
+def carry_crosses(module_names: list[list[str]], boundary: int, n_layers: int) -> bool:
+    """Whether LaX's carries cross the boundary before stage ``boundary``: where the stage before it hands
+    them on (the model part's rule, ``hands_carries_on``)."""
+    if boundary == 0:
+        return False
+    layer_ids = (int(name.split(".")[1]) for name in module_names[boundary - 1] if name.startswith("layers."))
+    return hands_carries_on(layer_ids, n_layers)
 
 
 def carry_widths(model_args: BaseModelArgs) -> tuple[int, ...]:

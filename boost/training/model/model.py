@@ -6,6 +6,8 @@ them. Views use ``-1`` for head counts because a plan may have sharded the heads
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -237,16 +239,18 @@ class Transformer(nn.Module):
                 h, carry = layer(h, rope, carry, cache=cache, attention_masks=attention_masks)
         if cache is not None:
             cache.end(tokens.shape[1])
-        if lax and self._blocks_follow():  # a part before the last block: the next part continues the carry
+        if lax and hands_carries_on((int(name) for name in self.layers), self.model_args.n_layers):
             return (h, *(carry[key] for key in carry_keys(self.model_args)))
         h = self.norm(h) if self.norm is not None else h
         return self.output(h) if self.output is not None else h
 
-    def _blocks_follow(self) -> bool:
-        """Whether this part holds blocks and a later part of the model holds more (a pipeline stage's part:
-        the blocks keep their model-wide names)."""
-        held = [int(name) for name in self.layers]
-        return bool(held) and max(held) < self.model_args.n_layers - 1
+
+def hands_carries_on(layer_ids: Iterable[int], n_layers: int) -> bool:
+    """Whether a part of a LaX model holding blocks ``layer_ids`` (their model-wide ids) returns its carries
+    beside the residual stream: it holds a block, and a later part holds more. Not an embedding alone (no
+    block has made them yet), nor a part ending at the last block (nothing after it reads them)."""
+    held = list(layer_ids)
+    return bool(held) and max(held) < n_layers - 1
 
 
 def carry_keys(args: ModelArgs) -> tuple[str, ...]:
