@@ -6,7 +6,8 @@ share of the window, and then sums the ranks' losses over the ``loss`` mesh (dat
 ``cp`` times the loss (2× at cp 2, measured). Its trainer counts before the sharding. It also builds, under CP,
 a ``context_parallel`` context from the model's ``freqs_cis`` that it never enters (BOOST's model has no
 ``freqs_cis``: RoPE takes torchtitan's ``positions``). ``BoostValidator.validate`` is torchtitan's, with the
-count taken before the sharding, as the trainer takes it, and without that context.
+count taken before the sharding, as the trainer takes it, and without that context; a pipeline rank without
+the last stage logs -1, the training line's placeholder (torchtitan's -1 divided by the token count).
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ class BoostValidator(Validator):
             global_avg_loss = dist_utils.dist_sum(loss, parallel_dims.get_optional_mesh("loss"))
         else:
             global_avg_loss = loss.item()
+        if parallel_dims.pp_enabled and not self.pp_has_last_stage:
+            # no loss here: the training line's placeholder, not torchtitan's -1 / tokens (-0.0005)
+            global_avg_loss = -1.0
         self.metrics_processor.log_validation(loss=global_avg_loss, step=step)
         for model in model_parts:
             model.train()

@@ -115,7 +115,7 @@ def test_a_pipelined_runs_console_shows_the_rank_holding_the_loss(tmp_path):
         "--parallelism.pipeline_parallel_degree", "2",
         "--parallelism.data_parallel_shard_degree", "1",
         "--checkpoint.no-enable",
-        "--validation.no-enable",
+        "--validation.steps", "1",
         ngpu=2,
         steps=steps,
         log_rank=None,
@@ -123,5 +123,9 @@ def test_a_pipelined_runs_console_shows_the_rank_holding_the_loss(tmp_path):
     by_rank = {r: "\n".join(re.findall(rf"^\[rank{r}\]:(.*)$", log, re.M)) for r in (0, 1)}
     assert "Training starts at step 1" in by_rank[0], log[-3000:]
     assert losses(by_rank[1]).keys() == set(range(1, steps + 1)), log[-3000:]
-    assert re.search(r"step:\s+1\s+\S*loss: -1\.0", by_rank[0]), log[-3000:]  # torchtitan's placeholder
+    validated = {r: re.findall(r"validate step:\s+\d+\s+\S*loss:\s+(-?[\d.]+)", by_rank[r]) for r in (0, 1)}
+    assert validated[1] and all(float(v) > 0 for v in validated[1]), log[-3000:]
+    # the ranks without the loss say torchtitan's placeholder, in training and validation alike
+    assert re.search(r"(?<!validate )step:\s+1\s+\S*loss: -1\.0", by_rank[0]), log[-3000:]
+    assert len(validated[0]) == len(validated[1]) and all(float(v) == -1 for v in validated[0]), log[-3000:]
     assert "Pipeline Parallel loss is not visible" not in log
