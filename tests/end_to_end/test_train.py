@@ -35,11 +35,17 @@ def test_default_job_trains_and_writes_checkpoints_and_tensorboard(default_run):
 
 
 def _resume(
-    tmp_path, checkpoint, folder: str, *overrides: str, ngpu: int, steps: int = DEFAULT_STEPS + 3
+    tmp_path,
+    checkpoint,
+    folder: str,
+    *overrides: str,
+    ngpu: int,
+    steps: int = DEFAULT_STEPS + 3,
+    log_rank: int = 0,
 ) -> str:
-    """The default job resumed from a copy of ``checkpoint`` in ``tmp_path/folder``: rank 0's log."""
+    """The default job resumed from a copy of ``checkpoint`` in ``tmp_path/folder``: rank ``log_rank``'s log."""
     shutil.copytree(checkpoint, tmp_path / folder / "checkpoint")
-    return train(tmp_path, *DEFAULT_RUN, *overrides, ngpu=ngpu, steps=steps, folder=folder)
+    return train(tmp_path, *DEFAULT_RUN, *overrides, ngpu=ngpu, steps=steps, folder=folder, log_rank=log_rank)
 
 
 def _close(a: dict[int, float], b: dict[int, float], rtol: float) -> None:
@@ -76,6 +82,24 @@ def test_one_process_checkpoint_resumes_as_fsdp_and_fsdp_times_tp_on_one_curve(d
     fsdp = losses(fsdp_log)
     _close(losses(fsdp_tp), fsdp, 1e-5)
     assert fsdp[DEFAULT_STEPS + 1] < one[1] - 0.5, (one, fsdp)  # the trained weights, not a fresh model
+
+
+@pytest.mark.slow
+def test_a_checkpoint_crosses_into_and_out_of_a_pipeline_on_one_curve(default_run, tmp_path):
+    # 1 process -> pp=2 (two stages, 1F1B; each rank loads its stage's parameters and optimizer state) ->
+    # 1 process again from the pipeline's own checkpoint: the data-parallel degree stays 1, so every run
+    # sees the same samples, and the curve is one process's straight on to f32 rounding
+    checkpoint = default_run.tmp / "out" / "checkpoint"
+    straight = losses(_resume(tmp_path, checkpoint, "straight", ngpu=1, steps=DEFAULT_STEPS + 3))
+    pp = ["--parallelism.pipeline_parallel_degree", "2"]
+    piped_log = _resume(tmp_path, checkpoint, "piped", *pp, ngpu=2, steps=DEFAULT_STEPS + 2, log_rank=1)
+    assert (
+        "Using pipeline schedule 1F1B" in piped_log
+        and f"Training starts at step {DEFAULT_STEPS + 1}" in piped_log
+    )
+    out_of_pipe = losses(_resume(tmp_path, tmp_path / "piped" / "checkpoint", "out", ngpu=1))
+    assert min(out_of_pipe) == DEFAULT_STEPS + 3, out_of_pipe  # it loaded the pipeline's last save
+    _close({**losses(piped_log), **out_of_pipe}, straight, 1e-5)
 
 
 # fsdp=2 × tp=2, compiled (aot_eager: the CPU suite's compile backend), as SimpleFSDP needs
