@@ -51,9 +51,10 @@ upgrade of torchtitan knows where to look):
   builds them for flex and varlen only) and the SDPA mask's rows under context parallelism.
 - ``Validator.validate`` (``torchtitan_ext.validator.BoostValidator``): torchtitan's, with the valid tokens
   counted before the context-parallel sharding (torchtitan reports ``cp`` times the loss).
-- ``torchtitan.distributed.utils.maybe_enable_amp`` and ``torchtitan.tools.utils.get_peak_flops``, the
-  module attributes the trainer calls (``torchtitan_ext.start_warnings``): no autocast for a float32
-  job without FSDP, and no ``lspci`` run where there is none.
+- ``torchtitan.distributed.utils.maybe_enable_amp``, ``torchtitan.tools.utils.get_peak_flops`` and
+  ``torchtitan.train.ensure_pp_loss_visible``, the module attributes the trainer calls
+  (``torchtitan_ext.start_warnings``): no autocast for a float32 job without FSDP, no ``lspci`` run where
+  there is none, and no warning that the loss is not shown under a V-shaped schedule, whose loss rank 0 holds.
 
 Public API used instead of private names: torchtitan's ``register_train_spec`` (called once, by the
 entry point) rather than ``_extra_train_specs``; torch's ``create_selective_checkpoint_contexts``
