@@ -75,8 +75,12 @@ def train(
     """``run_train``'s run without the launcher: the ranks of ``torchtitan_ext.train`` alone (no preflight,
     no torchrun), each forked from the rank server (``tests/rank_server.py``); rank ``log_rank``'s output.
     The same ranks, threads and collectives as ``run_train``: the same losses, bit for bit. ``env``: more
-    environment for the ranks."""
-    codes, logs = train_ranks(tmp_path, *overrides, ngpu=ngpu, steps=steps, folder=folder, env=env)
+    environment for the ranks. ``LOG_RANK`` as the launcher sets it where the console shows ``log_rank``
+    (``torchtitan_ext.start.console_ranks``: rank 0 and the one holding the loss)."""
+    shown = {"LOG_RANK": ",".join(dict.fromkeys(("0", str(log_rank))))}
+    codes, logs = train_ranks(
+        tmp_path, *overrides, ngpu=ngpu, steps=steps, folder=folder, env={**shown, **(env or {})}
+    )
     out = logs[log_rank]
     failed = "".join(
         f"\n--- rank {r} (exit {c}) ---\n" + logs[r][-2000:]
