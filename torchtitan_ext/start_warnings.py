@@ -77,14 +77,15 @@ def _no_float32_autocast() -> None:
 def _pipeline_loss_check_knows_every_v_schedule() -> None:
     import torchtitan.train as train
 
-    from boost.training.rules import PIPELINE_TWO_STAGES_PER_RANK
+    from boost.training.rules import pipeline_loss_rank
 
     check = train.ensure_pp_loss_visible
     if getattr(check, "boost_every_v_schedule", False):
         return
 
     def ensure_pp_loss_visible(parallel_dims, job_config, color) -> None:
-        if job_config.parallelism.pipeline_parallel_schedule.lower() in PIPELINE_TWO_STAGES_PER_RANK:
+        schedule = job_config.parallelism.pipeline_parallel_schedule
+        if pipeline_loss_rank(schedule, parallel_dims.pp, parallel_dims.world_size) == 0:
             return  # rank 0 holds the loss: torchtitan's own answer for "ZBVZeroBubble"
         check(parallel_dims, job_config, color)
 
