@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from torchtitan_ext.start import ranks_beside_rank0
+
 ROOT = Path(__file__).resolve().parents[1]
 # short sequences and batches: a step of the debug model takes well under a second on CPU
 SMALL = [
@@ -77,7 +79,7 @@ def train(
     The same ranks, threads and collectives as ``run_train``: the same losses, bit for bit. ``env``: more
     environment for the ranks. ``LOG_RANK`` as the launcher sets it where the console shows ``log_rank``
     (``torchtitan_ext.start.console_ranks``: rank 0 and the one holding the loss)."""
-    shown = {"LOG_RANK": ",".join(dict.fromkeys(("0", str(log_rank))))}
+    shown = {"LOG_RANK": ranks_beside_rank0(log_rank)}
     codes, logs = train_ranks(
         tmp_path, *overrides, ngpu=ngpu, steps=steps, folder=folder, env={**shown, **(env or {})}
     )

@@ -104,8 +104,14 @@ def console_ranks(values, ngpu: int, log_rank: str | None) -> str:
     from boost.training.rules import pipeline_loss_rank
 
     par = values.parallelism
-    loss_rank = pipeline_loss_rank(par.pipeline_parallel_schedule, par.pipeline_parallel_degree, ngpu)
-    return "0" if loss_rank == 0 else f"0,{loss_rank}"
+    return ranks_beside_rank0(
+        pipeline_loss_rank(par.pipeline_parallel_schedule, par.pipeline_parallel_degree, ngpu)
+    )
+
+
+def ranks_beside_rank0(rank: int) -> str:
+    """``LOG_RANK`` for rank 0 and ``rank``: ``"0"``, or ``"0,<rank>"``."""
+    return "0" if rank == 0 else f"0,{rank}"
 
 
 def share_the_cores(processes: int) -> None:
