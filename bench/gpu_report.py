@@ -46,25 +46,16 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench import train_log
 from bench.gpu_busy import BusySampler, busy_fraction
-from bench.gpu_rows import ROWS, KernelRow, TrainRow
+from bench.gpu_report_markdown import render
+from bench.gpu_rows import ROWS, KernelRow, Result, TrainRow, display
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "gpu.md"
 LEAST_S = 30  # a row's least time: imports and start-up alone take that
-
-
-@dataclass
-class Result:
-    row: TrainRow | KernelRow
-    status: str  # "ok", "failed", "timed out", "not run"
-    seconds: float = 0.0
-    error: str = ""
-    values: dict = field(default_factory=dict)
 
 
 def train_values(row: TrainRow, log: str, samples: list[tuple[float, float]], busy_error: str | None) -> dict:
@@ -208,17 +199,6 @@ def checkout() -> str:
     return head.stdout.strip() + ("+" if dirty.stdout.strip() else "") if head.returncode == 0 else "?"
 
 
-def display(row: TrainRow | KernelRow) -> str:
-    """The row's command as a user types it (run folder and result file left out)."""
-    if isinstance(row, TrainRow):
-        argv, env = row.command("DIR")
-        argv = [a for a in argv if a not in ("--job.dump_folder", "DIR")]
-    else:
-        argv, env = row.command("OUT.json")
-        argv = ["python", *argv[:-2]]
-    return " ".join([*(f"{k}={v}" for k, v in env.items()), *map(shlex.quote, argv)])
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", type=Path, default=RESULTS)
@@ -253,8 +233,6 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from bench.gpu_report_markdown import render
-
     # Each report compiles cold (its start-up lines comparable between reports) unless the caller
     # names an inductor cache, which may then be warm: the header says which.
     named_cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR")

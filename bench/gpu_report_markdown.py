@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.gpu_report import Result, display
+from bench.gpu_rows import Result, display
 from bench.kernel_split import KINDS
 
 # The GPU goals (issues 33 and 41; 40 for LaX): (what, row(s), how it is read, target). "ratio": the first

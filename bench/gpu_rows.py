@@ -9,6 +9,7 @@ gate, and the 1B step's kernels), the pipeline rows last.
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -212,3 +213,25 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     dry("13B", 8, "btp", 240),
     dry("30B", 16, "btp", 300),
 )
+
+
+@dataclass
+class Result:
+    """What a row's run gave (``bench.gpu_report`` measures, ``bench.gpu_report_markdown`` renders)."""
+
+    row: TrainRow | KernelRow
+    status: str  # "ok", "failed", "timed out", "not run"
+    seconds: float = 0.0
+    error: str = ""
+    values: dict = field(default_factory=dict)
+
+
+def display(row: TrainRow | KernelRow) -> str:
+    """The row's command as a user types it (run folder and result file left out)."""
+    if isinstance(row, TrainRow):
+        argv, env = row.command("DIR")
+        argv = [a for a in argv if a not in ("--job.dump_folder", "DIR")]
+    else:
+        argv, env = row.command("OUT.json")
+        argv = ["python", *argv[:-2]]
+    return " ".join([*(f"{k}={v}" for k, v in env.items()), *map(shlex.quote, argv)])

@@ -28,9 +28,9 @@ import pytest
 
 from bench import train_log
 from bench.gpu_busy import BusySampler, busy_fraction
-from bench.gpu_report import LEAST_S, Result, main, measure, run_rows, train_values
+from bench.gpu_report import LEAST_S, main, measure, run_rows, train_values
 from bench.gpu_report_markdown import render
-from bench.gpu_rows import ROWS, KernelRow, TrainRow
+from bench.gpu_rows import ROWS, KernelRow, Result, TrainRow
 from bench.kernel_split import KINDS, classify, split
 from bench.rank_dry_run import summarize
 from torchtitan_ext.infra.attention import kernel_problem
