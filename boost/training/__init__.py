@@ -1,6 +1,6 @@
 """The training library: what a run is made of, on one device or many; torch only, never torchtitan.
 
-- ``rules``: every rule, once: linear kinds and TP schemes as records, norm and AC modes, rank, layouts;
+- ``rules/``: every rule, once, a file a concern: linear kinds and TP schemes as records, modes, rank, layouts;
 - ``options``: the ``[boost]`` options of a run, with their defaults;
 - ``config_error``: ``ConfigError``, the one exception for input a user must change;
 - ``model/``: the decoder, written for one device;
