@@ -1,4 +1,4 @@
-"""Where the GPU waits, read off one torch.profiler trace (CPU and CUDA activities) of a training step.
+"""Where the GPU waits and where the host's time goes, read off one torch.profiler trace of a training step.
 
     python -m bench.trace_gaps TRACE.json[.gz] [--min-gap-us 10] [--top 15]
 
@@ -11,9 +11,13 @@ optimizer, autograd's backward of an op) and its innermost op. A gap with a sync
 host inside it (``cudaStreamSynchronize``, ``cudaMemcpy`` to the host, ``cudaMalloc``/``cudaFree``) is
 also counted under that call: the host was waiting or the allocator was, not launching.
 
+On the host, every thread's ops over the span: each op's own time (its duration less its nested ops'),
+by the phase its stack names, the step's own annotation's time being the Python between ops. A CPU-only
+trace (a CPU run, no device activity) gets this table alone: there the step is the host's.
+
 Printed: the step's busy fraction, the gaps by size, the idle time by phase and by innermost op, the
-synchronising calls, and the kernels that took the most device time. Only the standard library: it
-runs wherever the trace is (``python -m bench.trace_gaps`` on the GPU machine, or here on a copy).
+synchronising calls, the kernels that took the most device time, and the host's time by phase. Only the
+standard library: it runs wherever the trace is (``python -m bench.trace_gaps`` on the GPU machine, or here on a copy).
 """
 
 from __future__ import annotations
@@ -37,6 +41,8 @@ SYNCING = re.compile(
 )
 # host ops that name a phase of the step, outermost first wins (a gap is charged to the first found)
 PHASES = (
+    # the gradient norm's one foreach norm (boost.training.parallel.grad_norm) before the optimizer's foreach ops
+    (re.compile(r"clip_grad|grad_norm|linalg_vector_norm|_foreach_norm"), "grad norm"),
     (re.compile(r"Optimizer\.|optimizer|_foreach_|fused_adam"), "optimizer"),
     (re.compile(r"FSDP::|fsdp"), "FSDP2 hooks"),
     (
@@ -46,7 +52,6 @@ PHASES = (
     (re.compile(r"Torch-Compiled Region|CompiledFunction|CompiledFxGraph"), "compiled forward"),
     (re.compile(r"autograd::engine::evaluate_function"), "autograd backward (eager op)"),
     (re.compile(r"nll_loss|cross_entropy|log_softmax"), "loss"),
-    (re.compile(r"clip_grad|grad_norm|linalg_vector_norm"), "grad norm"),
 )
 
 
@@ -119,12 +124,60 @@ def host_stacks(events: list[dict], launches: list[dict]) -> dict[int, list[str]
     return stacks
 
 
+BETWEEN_OPS = "(the step's Python, between ops)"
+
+
 def phase_of(stack: list[str]) -> str:
     for name in stack:
         for pattern, phase in PHASES:
             if pattern.search(name):
                 return phase
     return stack[0] if stack else "(no host op)"
+
+
+def host_time_by_phase(events: list[dict], window: Span) -> tuple[Counter, int]:
+    """The host ops' own time inside ``window`` (each op's duration less its nested ops', clipped to the
+    window), by the phase its stack names (``phase_of``; the step's own annotation names none, so its own
+    time is the Python between ops); and how many threads ran host ops there. Threads add up: on a GPU
+    the backward runs on autograd's thread while the main thread waits, outside any op."""
+    by_thread: dict[object, list[tuple[float, float, str]]] = defaultdict(list)
+    for e in events:
+        if e.get("ph") != "X" or e.get("cat") not in HOST_CATEGORIES:
+            continue
+        start, end = max(float(e["ts"]), window.start), min(float(e["ts"]) + float(e["dur"]), window.end)
+        if end > start:
+            by_thread[e.get("tid")].append((start, end, str(e["name"])))
+    own = Counter()
+
+    def close(stack: list[list], until: float) -> None:
+        while stack and stack[-1][0] <= until:
+            names = [n for _, n, _ in stack if not n.startswith("ProfilerStep#")]
+            own[phase_of(names) if names else BETWEEN_OPS] += stack.pop()[2]
+
+    for items in by_thread.values():
+        items.sort(key=lambda it: (it[0], -it[1]))
+        stack: list[list] = []  # [end, name, own time] of the ops open at this time, outermost first
+        for start, end, name in items:
+            close(stack, start)
+            if stack:  # the time from here to its end is its child's, not the parent's own
+                stack[-1][2] -= min(end, stack[-1][0]) - start
+            stack.append([end, name, end - start])
+        close(stack, float("inf"))
+    return own, len(by_thread)
+
+
+def host_table(own: Counter, threads: int, top: int) -> list[str]:
+    total = sum(own.values())
+    lines = [
+        "",
+        f"## Host time by phase (each op's own time; {threads} thread{'s' if threads != 1 else ''})",
+        "",
+        "| phase | ms | share |",
+        "|---|---|---|",
+    ]
+    for phase, us in own.most_common(top):
+        lines.append(f"| {phase[:110]} | {us / 1e3:.2f} | {100 * us / max(total, 1e-9):.1f}% |")
+    return lines
 
 
 def analyse(events: list[dict], min_gap_us: float, top: int) -> str:
@@ -134,8 +187,14 @@ def analyse(events: list[dict], min_gap_us: float, top: int) -> str:
         if e.get("ph") == "X" and e.get("cat") in DEVICE_CATEGORIES
         and float(e["ts"]) < window.end and float(e["ts"]) + float(e["dur"]) > window.start
     ]  # fmt: skip
+    own, threads = host_time_by_phase(events, window)
     if not device:
-        return f"# {window.name}: no GPU activity in the trace (a CPU-only profile?)\n"
+        lines = [
+            f"# {window.name}: {window.dur / 1e3:.1f} ms; no GPU activity in the trace (a CPU-only profile): "
+            "the step is the host's",
+            *host_table(own, threads, top),
+        ]
+        return "\n".join(lines) + "\n"
     spans = [
         Span(e["name"], max(float(e["ts"]), window.start), min(float(e["ts"]) + float(e["dur"]), window.end))
         for e in device
@@ -251,6 +310,7 @@ def analyse(events: list[dict], min_gap_us: float, top: int) -> str:
     lines.extend(["", "## Host time in CUDA runtime/driver calls", "", "| call | ms |", "|---|---|"])
     for name, us in host.most_common(8):
         lines.append(f"| {name} | {us / 1e3:.2f} |")
+    lines.extend(host_table(own, threads, top))
     return "\n".join(lines) + "\n"
 
 
