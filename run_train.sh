@@ -6,6 +6,7 @@
 # DRY_RUN=1 runs one process as rank 0 of NGPU on torchtitan's fake process group (no torchrun,
 # no communication): the real layout and model at the real world size, on one machine.
 #   DRY_RUN=1 NGPU=16 CONFIG_FILE=train_configs/7B.toml ./run_train.sh --training.steps 2
+# DRY_RUN_RANK=k plays rank k instead (e.g. a pipeline's last stage, which holds the head and the loss).
 # LOG_RANK=0,1 chooses the ranks on the console (unset: rank 0, and under PP the rank holding the loss);
 # LOG_DIR=path keeps every rank's output in files;
 # TRAIN_FILE names the module each rank runs (torchtitan_ext.train).

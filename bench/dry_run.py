@@ -206,6 +206,7 @@ def dry_run(
         env = dict(
             os.environ,
             DRY_RUN="1",
+            DRY_RUN_RANK="0",  # the rows are rank 0's (stage 0 under PP), whatever the caller's environment
             NGPU=str(world_size),
             CONFIG_FILE=f"train_configs/{flavor}.toml",
             PYTHON=sys.executable,

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torchtitan.components.metrics import MetricsProcessor
 from torchtitan.tools.logging import logger
 
@@ -135,7 +136,8 @@ class BoostMetricsProcessor(MetricsProcessor):
         if self.last_comm and self.last_comm["count"]:
             logger.info(
                 f"comm/step: {self.last_comm['summary']}, host syncs {self.last_comm['host_syncs']} "
-                "(rank 0, one step from its first forward to the optimizer step)"
+                f"(rank {dist.get_rank() if dist.is_initialized() else 0}, one step from its first forward to "
+                "the optimizer step)"
             )
         refuse_non_finite(step, grad_norm, dry_run=self._dry_run)
 

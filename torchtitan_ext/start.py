@@ -37,7 +37,13 @@ ALLOC_CONF = "expandable_segments:True"
 
 
 def main(argv: list[str]) -> int:
-    from torchtitan_ext.preflight.check import PREFLIGHT_MARK_ENV, preflight, preflight_mark, process_count
+    from torchtitan_ext.preflight.check import (
+        PREFLIGHT_MARK_ENV,
+        dry_run_rank,
+        preflight,
+        preflight_mark,
+        process_count,
+    )
     from torchtitan_ext.torch_range import newer_torch, newer_torch_line, torch_version_problem
 
     problem = torch_version_problem()
@@ -56,6 +62,7 @@ def main(argv: list[str]) -> int:
     try:
         ngpu = process_count(os.environ.get("NGPU", "1"))
         values = preflight(argv, ngpu)
+        dry_run_rank(os.environ.get("DRY_RUN_RANK"), ngpu, dry_run)
     except ConfigError as e:
         print(f"BOOST config error: {e}", file=sys.stderr)
         return 2
@@ -128,7 +135,9 @@ def share_the_cores(processes: int) -> None:
 
 
 def _dry_run(train_module: str, argv: list[str], ngpu: int) -> int:
-    """torchtitan's dry run, in this process: rank 0 of ``ngpu`` (its trainer still reads ``LOCAL_RANK``)."""
+    """torchtitan's dry run, in this process: rank ``DRY_RUN_RANK`` (unset: 0) of ``ngpu``, which the trainer's
+    fake process group takes (``torchtitan_private.fake_process_group_as``); ``RANK`` stays 0, as the one
+    process speaks for the job (its refusals, the run folder's lock), and ``LOCAL_RANK`` names device 0."""
     os.environ.update(NGPU=str(ngpu), LOCAL_RANK="0", RANK="0")
     # a fatal signal prints every thread's Python stack, as in torchrun's ranks (torchtitan_ext.launch)
     faulthandler.enable(all_threads=True)

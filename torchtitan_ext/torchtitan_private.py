@@ -33,6 +33,9 @@ Called here (wrappers, so the rest of BOOST names no private attribute):
   ``metrics_logged_on``, BOOST's ``rules.pipeline_loss_rank``. torchtitan's knows one V-shaped schedule, by
   its exact name "ZBVZeroBubble": under DualPipeV, or ZBV spelt in another case (torch reads any), its
   logger sat on a rank whose loss is -1.
+- ``torchtitan.distributed.utils.init_fake_mode``, the module global through which ``init_distributed``
+  starts a dry run's fake process group, as rank 0 always: for the span of ``fake_process_group_as``, as the
+  rank ``DRY_RUN_RANK`` names (``torchtitan_ext.start``), so a dry run can play a pipeline's last stage.
 
 Overridden elsewhere, because the behaviour to change has no public hook (named here so that an
 upgrade of torchtitan knows where to look):
@@ -142,6 +145,27 @@ def metrics_logged_on(rank: int) -> Iterator[None]:
         yield
     finally:
         metrics._get_metrics_rank = original
+
+
+@contextmanager
+def fake_process_group_as(rank: int) -> Iterator[None]:
+    """While open, torchtitan's dry run (``init_fake_mode``, which ``init_distributed`` calls for
+    ``comm.mode = "fake_backend"``) starts its fake process group as ``rank`` of the world instead of 0."""
+    import torch.distributed as dist
+    import torchtitan.distributed.utils as dist_utils
+
+    original = dist_utils.init_fake_mode
+
+    def init_fake_mode(world_size: int, comm_mode: str = "fake_backend") -> None:
+        if comm_mode != "fake_backend" or rank == 0:
+            return original(world_size, comm_mode)
+        dist.init_process_group("fake", rank=rank, world_size=world_size)
+
+    dist_utils.init_fake_mode = init_fake_mode
+    try:
+        yield
+    finally:
+        dist_utils.init_fake_mode = original
 
 
 def distribute_tensor_parallel_parameter(param, dp_mesh, placements: tuple):

@@ -24,7 +24,7 @@ from torchtitan.train import Trainer, main
 from boost.runtime.process_exit import exit_finished_process
 from boost.training.parallel.grad_norm import clip_grads_with_norm_, local_grad_norm_applies, total_grad_norm
 from boost.training.rules import MODEL_NAME
-from torchtitan_ext.dry_run_tokens import dry_run_vocab_share, fold_tokens
+from torchtitan_ext.dry_run_tokens import dry_run_vocab_shard, fold_tokens
 from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, prepare_resume
 from torchtitan_ext.guards.checkpoint_identity import model_identity
 from torchtitan_ext.guards.checkpoint_manager import BoostCheckpointManager
@@ -34,10 +34,11 @@ from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.guards.step_hold import hold_at_step
 from torchtitan_ext.infra import cudagraphs
 from torchtitan_ext.infra.context_parallel import prepare_job_batch
-from torchtitan_ext.preflight import ConfigError, check_config, world_size_from_env
+from torchtitan_ext.preflight import ConfigError, check_config, dry_run_rank, world_size_from_env
 from torchtitan_ext.start_warnings import install as answer_start_warnings
 from torchtitan_ext.startup_clock import STARTUP
 from torchtitan_ext.torch_private import fill_fake_collective_outputs
+from torchtitan_ext.torchtitan_private import fake_process_group_as
 from torchtitan_ext.train_spec import register_boost_train_spec
 
 answer_start_warnings()  # before torchtitan's main parses the job and starts the process group
@@ -60,6 +61,8 @@ class BoostTrainer(Trainer):
             end_with_launcher()
         try:
             check_config(job_config, world_size_from_env(job_config))
+            dry_run = job_config.comm.mode == "fake_backend"
+            played = dry_run_rank(os.environ.get("DRY_RUN_RANK"), world_size_from_env(job_config), dry_run)
             # before anything is built: a signal during start-up is a stop request too
             self.stop = GracefulStop(job_config.boost.stop_grace_s, job_config.boost.stop_check_every)
         except (ConfigError, ValueError) as e:
@@ -79,12 +82,15 @@ class BoostTrainer(Trainer):
                 # rank 0, perhaps before it printed, so the others wait to be stopped with it.
                 time.sleep(_REFUSAL_GRACE_S)
             raise SystemExit(2) from None
-        if job_config.comm.mode == "fake_backend":  # a dry run: outputs defined on every torch
+        if dry_run:  # outputs defined on every torch
             fill_fake_collective_outputs()
         self._cudagraphs = job_config.boost.cudagraphs
         if self._cudagraphs:
             cudagraphs.set_nccl_env()  # before the process group starts
-        super().__init__(job_config)
+        with fake_process_group_as(played):  # a dry run's rank; 0 unless DRY_RUN_RANK says
+            super().__init__(job_config)
+        if dry_run:
+            logger.info(f"Dry run: rank {dist.get_rank()} of {dist.get_world_size()} on a fake process group")
         records = self.checkpointer.enable and job_config.model.name == MODEL_NAME
         self.checkpointer = BoostCheckpointManager.adopt(
             self.checkpointer,
@@ -92,9 +98,13 @@ class BoostTrainer(Trainer):
             resume_plan=resume_plan,
         )
         self.stop.device = self.device
-        # a dry run's token ids within rank 0's vocabulary shard (why: torchtitan_ext.dry_run_tokens)
-        self._dry_run_vocab_share = dry_run_vocab_share(
-            job_config.comm.mode == "fake_backend", self.model_args.vocab_size, self.parallel_dims.tp
+        # a dry run's token ids within its rank's vocabulary shard (why: torchtitan_ext.dry_run_tokens)
+        tp = self.parallel_dims.tp
+        self._dry_run_vocab_shard = dry_run_vocab_shard(
+            dry_run,
+            self.model_args.vocab_size,
+            tp,
+            self.parallel_dims.get_mesh("tp").get_local_rank() if dry_run and tp > 1 else 0,
         )
         self._start_step: int | None = None
         self._first_step_done = False
@@ -129,9 +139,9 @@ class BoostTrainer(Trainer):
         local_valid_tokens = torch.tensor(0, dtype=torch.int64)
         for _ in range(self.gradient_accumulation_steps):
             input_dict, labels = next(data_iterator)
-            if self._dry_run_vocab_share is not None:
+            if self._dry_run_vocab_shard is not None:
                 input_dict["input"], labels = fold_tokens(
-                    input_dict["input"], labels, self._dry_run_vocab_share
+                    input_dict["input"], labels, self._dry_run_vocab_shard
                 )
             local_valid_tokens += (labels != IGNORE_INDEX).sum()
             microbatches.append((input_dict, labels))

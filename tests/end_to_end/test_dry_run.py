@@ -76,3 +76,38 @@ def test_a_megatron_dry_run_keeps_a_models_gradient_scale(tmp_path):
     norms = [float(v) for v in re.findall(r"grad_norm:\s+(\S+)", re.sub(r"\x1b\[[0-9;]*m", "", out))]
     assert len(norms) == 30 and all(math.isfinite(n) for n in norms), norms
     assert max(norms) < 20, norms
+
+
+@pytest.mark.slow
+def test_a_dry_run_plays_the_pipelines_last_stage_where_dry_run_rank_says(tmp_path):
+    """``DRY_RUN_RANK=2`` of pp 2 × tp 2: the fake process group's rank 2, which holds the last stage and
+    the loss. It receives no activations on the fake group; filled with unit normals, its blocks compute
+    at a model's scale, so the loss moves and the weights get gradients (with zeros, the loss would be
+    ln(vocabulary) at every step and the gradient norm 0). A rank outside NGPU is refused before any
+    work, naming the variable."""
+    env = dict(os.environ, DRY_RUN="1", NGPU="4", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path / "cache"))
+    layout = ["--parallelism.pipeline_parallel_degree", "2", "--parallelism.tensor_parallel_degree", "2",
+              "--parallelism.data_parallel_shard_degree", "1"]  # fmt: skip
+    argv = ["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), "--training.steps", "4",
+            "--metrics.log_freq", "1", "--checkpoint.no-enable", "--validation.no-enable", *layout]  # fmt: skip
+    proc = subprocess.run(
+        argv, cwd=ROOT, env=dict(env, DRY_RUN_RANK="2"), capture_output=True, text=True, timeout=600
+    )
+    out = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
+    assert proc.returncode == 0, out[-3000:]
+    assert "Dry run: rank 2 of 4 on a fake process group" in out
+    losses = [float(v) for v in re.findall(r"(?<!validate )step:\s+\d+\s+loss:\s+(\S+)", out)]
+    norms = [float(v) for v in re.findall(r"grad_norm:\s+(\S+)", out)]
+    assert len(losses) == 4 and all(math.isfinite(v) and v > 0 for v in losses), losses
+    assert len(set(losses)) == 4, losses  # it moves: its inputs are not zeros
+    assert len(norms) == 4 and all(math.isfinite(n) and n > 0 for n in norms), norms
+    assert re.search(r"comm/step: .*\(rank 2, one step", out), out[-3000:]
+
+    argv[2] = str(tmp_path / "refused")  # --job.dump_folder
+    refused = subprocess.run(
+        argv, cwd=ROOT, env=dict(env, DRY_RUN_RANK="4"), capture_output=True, text=True, timeout=120
+    )
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "BOOST config error: DRY_RUN_RANK = 4: must be one of the dry run's NGPU = 4 ranks, 0 to 3"
+    ], refused.stderr[-2000:]
+    assert not (tmp_path / "refused").exists()  # refused before any work

@@ -149,7 +149,11 @@ class DryRunStage(StaticShapeStage):
     has static shapes (torch ≥ 2.13) reads as "no" (the received flag stays 0): every stage was built
     by this code, as this one was, so the answer is "yes". And the received activations and gradients
     would be whatever memory the buffers were allocated on (a garbage grad_norm, or a NaN that stops
-    the step): they are zeroed once, and nothing overwrites them.
+    the step): they are filled once, and nothing overwrites them. The gradients with zeros; the
+    activations with unit normals (seeded), a residual stream's scale: zeros would run every block of a
+    later stage on zero vectors (attention and SwiGLU of zero are zero, RMSNorm's gradient at zero
+    1/sqrt(eps)), so the last stage's loss would be ln(vocabulary) at every step and its weights'
+    gradients zero. A dry run that plays the last stage (``DRY_RUN_RANK``) shows a loss that moves.
     """
 
     def _warmup_backward_result(self, received_result=None):
@@ -157,21 +161,32 @@ class DryRunStage(StaticShapeStage):
 
     def _prepare_forward_infra(self, *args, **kwargs):
         out = super()._prepare_forward_infra(*args, **kwargs)
-        _zero_buffers(self.args_recv_info)
+        _fill_buffers(self.args_recv_info, seed=self.stage_index)
         return out
 
     def _prepare_backward_infra(self, *args, **kwargs):
         out = super()._prepare_backward_infra(*args, **kwargs)
-        _zero_buffers(self.grad_recv_info)
+        _fill_buffers(self.grad_recv_info, seed=None)
         return out
 
 
 @torch.no_grad()
-def _zero_buffers(recv_info: dict) -> None:
+def _fill_buffers(recv_info: dict, seed: int | None) -> None:
+    """A stage's receive buffers (``args_recv_info`` or ``grad_recv_info``) zeroed, or, given ``seed``, the
+    floating-point ones filled with unit normals drawn from it."""
+    generator = None
     for infos in recv_info.values():
         for info in infos:
-            if getattr(info, "buffer", None) is not None:
-                info.buffer.zero_()
+            buffer = getattr(info, "buffer", None)
+            if buffer is None:
+                continue
+            local = buffer.to_local() if isinstance(buffer, DTensor) else buffer
+            if seed is None or not local.is_floating_point():
+                local.zero_()
+                continue
+            if generator is None:
+                generator = torch.Generator(device=local.device).manual_seed(seed)
+            local.normal_(generator=generator)
 
 
 def stage_examples(

@@ -40,6 +40,7 @@ __all__ = [
     "ConfigError",
     "check_config",
     "check_job",
+    "dry_run_rank",
     "load_toml",
     "main",
     "preflight",
@@ -53,7 +54,8 @@ _PACKAGE = Path(__file__).resolve().parents[1]  # torchtitan_ext: the warnings B
 PREFLIGHT_MARK_ENV = "BOOST_PREFLIGHT_PASSED"
 
 
-# torchtitan's dry-run modes: one process, rank 0 of NGPU on a fake process group (init_distributed).
+# torchtitan's dry-run modes: one process, rank 0 of NGPU on a fake process group (init_distributed;
+# under fake_backend BOOST's dry run plays DRY_RUN_RANK instead, dry_run_rank).
 FAKE_COMM_MODES = ("fake_backend", "local_tensor")
 
 
@@ -71,6 +73,23 @@ def process_count(raw: str) -> int:
         return int(raw)
     except ValueError:
         refuse("NGPU", raw, "must be a whole number of processes, at least 1")
+
+
+def dry_run_rank(raw: str | None, ngpu: int, dry_run: bool) -> int:
+    """The rank a dry run plays (``DRY_RUN_RANK``, unset: 0), refused unless it is one of the ``ngpu``
+    ranks, and where no dry run would read it (``dry_run``: ``comm.mode = "fake_backend"``)."""
+    if raw is None or raw == "":
+        return 0
+    if not dry_run:
+        refuse("DRY_RUN_RANK", raw, "only a dry run plays a rank: set DRY_RUN=1 beside it, or unset it")
+    fix = f"must be one of the dry run's NGPU = {ngpu} ranks, 0 to {ngpu - 1}"
+    try:
+        rank = int(raw)
+    except ValueError:
+        refuse("DRY_RUN_RANK", raw, fix)
+    if not 0 <= rank < ngpu:
+        refuse("DRY_RUN_RANK", rank, fix)
+    return rank
 
 
 def check_values(job: ReadJob, world_size: int | None = None) -> int:
