@@ -12,10 +12,10 @@ debug model's gradient norm reached 6e4 on the CPU, where a real run's stays nea
 
 Folding each token id into the rank's share, ``[j·vocab_size/tp, (j+1)·vocab_size/tp)`` at TP rank ``j``,
 gives every token its own row on the rank and every target its logit there (loss parallel), so a dry
-run's activations and gradients keep
-a model's scale and every scheme runs all its steps. The lookups and the loss cost what they cost with
-any token ids; the fold applies to every scheme alike (btp shards the table on the embedding dim and
-needs no fold, but its dry runs read the same tokens as the others'). A real run is never folded.
+run's activations and gradients keep a model's scale and every scheme runs all its steps. The lookups
+and the loss cost what they cost with any token ids; the fold applies to every scheme alike (btp shards
+the table on the embedding dim and needs no fold, but its dry runs read the same tokens as the
+others'). A real run is never folded.
 """
 
 from __future__ import annotations

@@ -79,6 +79,7 @@ def test_a_megatron_dry_run_keeps_a_models_gradient_scale(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.compat  # torch 2.11's pipeline stage API as well as 2.13's
 def test_a_dry_run_plays_the_pipelines_last_stage_where_dry_run_rank_says(tmp_path):
     """``DRY_RUN_RANK=2`` of pp 2 × tp 2: the fake process group's rank 2, which holds the last stage and
     the loss. It receives no activations on the fake group; filled with unit normals, its blocks compute
