@@ -18,6 +18,7 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
+from boost.training.rules import pipeline_loss_rank
 from torchtitan_ext.config import linear_kind_overrides
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,7 +64,8 @@ COMMON = ("--metrics.log_freq", "1", "--checkpoint.no-enable", "--validation.no-
 @dataclass(frozen=True)
 class TrainRow:
     """``./run_train.sh`` with ``NGPU=ngpu CONFIG_FILE=train_configs/{config}.toml`` (and ``DRY_RUN=1``:
-    rank 0 of ``ngpu`` on the fake process group); steps ``steady_from``…``steps`` are the row's figures."""
+    rank ``rank`` of ``ngpu`` on the fake process group, ``DRY_RUN_RANK``); steps ``steady_from``…``steps``
+    are the row's figures."""
 
     section: str  # "trainer" or "rank dry run"
     name: str
@@ -74,12 +76,15 @@ class TrainRow:
     steady_from: int
     timeout_s: int
     dry_run: bool = False
+    rank: int = 0
 
     def command(self, dump_folder: str) -> tuple[list[str], dict[str, str]]:
         """The argv and the environment it adds, with the row's run folder."""
         env = {"NGPU": str(self.ngpu), "CONFIG_FILE": f"train_configs/{self.config}.toml"}
         if self.dry_run:
             env["DRY_RUN"] = "1"
+        if self.rank:
+            env["DRY_RUN_RANK"] = str(self.rank)
         argv = [
             "./run_train.sh",
             "--training.steps",
@@ -120,13 +125,26 @@ def dry(
     steps: int = 10,
     extra: tuple[str, ...] = (),
     label: str = "",
+    last_stage: bool = False,
 ) -> TrainRow:
     """``config`` dry-run as rank 0 of ``ngpu`` under ``scheme``, the steps after the first two
     (compilation, warm-up) steady; ``extra`` more overrides, named by ``label`` in the row's name
-    (a switch measured both ways: ``dry("7B", 16, "btp", 150, extra=(...), label="switch on")``)."""
+    (a switch measured both ways: ``dry("7B", 16, "btp", 150, extra=(...), label="switch on")``);
+    ``last_stage``: as the rank holding the pipeline's last stage (the head, the loss) instead."""
     args = (*scheme_args(config, scheme), *extra)
-    name = f"{config}@{ngpu} {scheme}" + (f" {label}" if label else "")
-    return TrainRow("rank dry run", name, config, ngpu, args, steps, 3, timeout_s, True)
+    name = (
+        f"{config}@{ngpu} {scheme}" + (f" {label}" if label else "") + (" last stage" if last_stage else "")
+    )
+    rank = loss_rank(config, ngpu) if last_stage else 0
+    return TrainRow("rank dry run", name, config, ngpu, args, steps, 3, timeout_s, True, rank)
+
+
+def loss_rank(config: str, ngpu: int) -> int:
+    """The rank holding the last pipeline stage of ``train_configs/{config}.toml`` at ``ngpu`` (its loss)."""
+    parallelism = tomllib.loads((ROOT / "train_configs" / f"{config}.toml").read_text())["parallelism"]
+    return pipeline_loss_rank(
+        parallelism.get("pipeline_parallel_schedule", "1F1B"), parallelism["pipeline_parallel_degree"], ngpu
+    )
 
 
 ROWS: tuple[TrainRow | KernelRow, ...] = (
@@ -212,6 +230,10 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     KernelRow("1B dense", ("--linear", "full"), 150),
     dry("13B", 8, "btp", 240),
     dry("30B", 16, "btp", 300),
+    # the pipeline's last stage (DRY_RUN_RANK): the head, its logits and the loss, which the memory model's
+    # bound counts and rank 0's stage does not hold
+    dry("13B", 8, "btp", 240, last_stage=True),
+    dry("30B", 16, "btp", 300, last_stage=True),
 )
 
 

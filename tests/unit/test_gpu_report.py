@@ -34,7 +34,7 @@ from bench.gpu_rows import ROWS, KernelRow, Result, TrainRow
 from bench.kernel_split import KINDS, classify, split
 from bench.rank_dry_run import summarize
 from torchtitan_ext.infra.attention import kernel_problem
-from torchtitan_ext.preflight import ConfigError, check_job
+from torchtitan_ext.preflight import ConfigError, check_job, dry_run_rank
 from torchtitan_ext.preflight.job_warnings import JobWarning
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -250,7 +250,7 @@ def _run_train_argv(row: TrainRow, dump_folder: Path, tmp_path: Path) -> list[st
 def test_every_report_row_passes_the_preflight_at_its_process_count(tmp_path):
     """A row the preflight refuses would fail on the GPU, in the report's minutes: each run_train.sh row's
     command, as run_train.sh hands it on (a DRY_RUN row: rank 0 of a fake process group of NGPU
-    ranks), passes the preflight at its NGPU."""
+    ranks, or its DRY_RUN_RANK), passes the preflight at its NGPU."""
     rows = [r for r in ROWS if isinstance(r, TrainRow)]
     kernel_rows = sum(isinstance(r, KernelRow) for r in ROWS)
     assert len(rows) == len(ROWS) - kernel_rows  # the kernel-split rows run no trainer
@@ -258,6 +258,7 @@ def test_every_report_row_passes_the_preflight_at_its_process_count(tmp_path):
         args = _run_train_argv(row, tmp_path / "run", tmp_path)
         assert args[:2] == ["--job.config_file", f"train_configs/{row.config}.toml"]
         assert ("--comm.mode" in args) == row.dry_run
+        assert dry_run_rank(row.command("x")[1].get("DRY_RUN_RANK"), row.ngpu, row.dry_run) == row.rank
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", JobWarning)  # bf16 on a CPU, and what else a job may hear
             try:
@@ -281,6 +282,11 @@ def test_dry_check_lists_every_row_and_its_command(capsys):
         for scheme in ("btp", "vanilla", "megatron"):
             assert f"rank dry run: {config}@{ngpu} {scheme}" in out
     assert "NGPU=16 CONFIG_FILE=train_configs/30B.toml DRY_RUN=1 ./run_train.sh --training.steps 10 " in out
+    # the last stage of 30B's pp 4 at 16: tp 4 ranks a stage, the fourth stage's first rank
+    assert (
+        "30B@16 btp last stage" in out
+        and "NGPU=16 CONFIG_FILE=train_configs/30B.toml DRY_RUN=1 DRY_RUN_RANK=12 " in out
+    )
     assert "NGPU=1 CONFIG_FILE=train_configs/1B.toml ./run_train.sh --training.steps 12" in out
     assert "--boost.linear full --boost.tp_scheme megatron" in out
     assert "python -m bench.kernel_split --linear cola --warmup 3 --timed 5 --profiled 2" in out
@@ -350,5 +356,5 @@ def test_rows_run_fail_and_time_out_into_the_report(tmp_path):
     assert "| debug | 3 (steady 2–3) |" in text
     assert "| 7B@16 tp3 | **failed**: exit 2: BOOST config error" in text
     assert "| 7B@16 late | **timed out**: after 3 s" in text
-    assert "| 30B@16 btp | **not run**: budget |" in text
+    assert "| 30B@16 btp last stage | **not run**: budget |" in text
     assert "| 7B@16 btp: tokens/s per device | ≥ 15,800 | row not measured |" in text
