@@ -23,8 +23,8 @@ from torchtitan.train import Trainer, main
 
 from boost.runtime.process_exit import exit_finished_process
 from boost.training.parallel.grad_norm import clip_grads_with_norm_, local_grad_norm_applies, total_grad_norm
-from boost.training.rules import MODEL_NAME
-from torchtitan_ext.dry_run_tokens import dry_run_vocab_shard, fold_tokens
+from boost.training.rules import MODEL_NAME, pipeline_loss_rank
+from torchtitan_ext.dry_run import dry_run_line, dry_run_vocab_shard, fold_tokens
 from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, prepare_resume
 from torchtitan_ext.guards.checkpoint_identity import model_identity
 from torchtitan_ext.guards.checkpoint_manager import BoostCheckpointManager
@@ -90,7 +90,15 @@ class BoostTrainer(Trainer):
         with fake_process_group_as(played):  # a dry run's rank; 0 unless DRY_RUN_RANK says
             super().__init__(job_config)
         if dry_run:
-            logger.info(f"Dry run: rank {dist.get_rank()} of {dist.get_world_size()} on a fake process group")
+            pp = self.parallel_dims.pp
+            holder = pipeline_loss_rank(
+                job_config.parallelism.pipeline_parallel_schedule, pp, dist.get_world_size()
+            )
+            logger.info(
+                dry_run_line(
+                    dist.get_rank(), dist.get_world_size(), pp == 1 or self.pp_has_last_stage, holder
+                )
+            )
         records = self.checkpointer.enable and job_config.model.name == MODEL_NAME
         self.checkpointer = BoostCheckpointManager.adopt(
             self.checkpointer,
@@ -98,7 +106,7 @@ class BoostTrainer(Trainer):
             resume_plan=resume_plan,
         )
         self.stop.device = self.device
-        # a dry run's token ids within its rank's vocabulary shard (why: torchtitan_ext.dry_run_tokens)
+        # a dry run's token ids within its rank's vocabulary shard (why: torchtitan_ext.dry_run)
         tp = self.parallel_dims.tp
         self._dry_run_vocab_shard = dry_run_vocab_shard(
             dry_run,

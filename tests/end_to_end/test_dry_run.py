@@ -62,7 +62,7 @@ def test_a_megatron_dry_run_keeps_a_models_gradient_scale(tmp_path):
     rank 0's shard entered as a zero vector, and RMSNorm's gradient at zero (1/sqrt(eps)) compounded
     block by block: the 7B@16 megatron dry run overflowed at step 8 on the H100, and this one reached a
     gradient norm of 6e4 by step 29. A dry run's tokens are folded into rank 0's shard
-    (``torchtitan_ext.dry_run_tokens``); its norms stay a model's (1–3 here)."""
+    (``torchtitan_ext.dry_run``); its norms stay a model's (1–3 here)."""
     env = dict(os.environ, DRY_RUN="1", NGPU="4", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path / "cache"))
     layout = ["--parallelism.tensor_parallel_degree", "4", "--parallelism.data_parallel_shard_degree", "1"]
     dense = ["--boost.linear", "full", "--boost.tp_scheme", "megatron"]

@@ -1,5 +1,6 @@
-"""The rank a dry run plays (``DRY_RUN_RANK``) and the tokens it reads: folded into that rank's
-vocabulary shard. The dry run itself, playing a pipeline's last stage: ``tests/end_to_end/test_dry_run.py``."""
+"""The rank a dry run plays (``DRY_RUN_RANK``), the line that says so, and the tokens it reads: folded into
+that rank's vocabulary shard. The dry run itself, playing a pipeline's last stage:
+``tests/end_to_end/test_dry_run.py``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 from torchtitan.components.loss import IGNORE_INDEX
 
-from torchtitan_ext.dry_run_tokens import dry_run_vocab_shard, fold_tokens
+from torchtitan_ext.dry_run import dry_run_line, dry_run_vocab_shard, fold_tokens
 from torchtitan_ext.preflight import ConfigError, dry_run_rank
 
 
@@ -46,3 +47,13 @@ def test_tokens_fold_into_the_played_ranks_vocabulary_shard():
     # a real process group, or no TP: nothing folded
     assert dry_run_vocab_shard(False, 2048, tp=4, tp_rank=2) is None
     assert dry_run_vocab_shard(True, 2048, tp=1, tp_rank=0) is None
+
+
+def test_the_dry_run_line_says_which_rank_holds_the_loss_where_this_one_does_not():
+    assert (
+        dry_run_line(2, 4, holds_the_loss=True, loss_rank=2) == "Dry run: rank 2 of 4 on a fake process group"
+    )
+    assert dry_run_line(0, 16, holds_the_loss=False, loss_rank=12) == (
+        "Dry run: rank 0 of 16 on a fake process group (its loss is -1: DRY_RUN_RANK=12 plays a rank holding "
+        "the pipeline's last stage)"
+    )

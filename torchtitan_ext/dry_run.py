@@ -1,14 +1,15 @@
-"""A dry run's tokens, folded into its rank's share of the vocabulary.
+"""What a dry run plays: its rank (the line that says which), and its tokens, folded into that rank's
+share of the vocabulary.
 
 On the fake process group (``comm.mode = "fake_backend"``: one process as one rank of ``NGPU``, rank 0
-unless ``DRY_RUN_RANK`` says) every
-collective hands a rank its own data back. Where the embedding table is split over the vocabulary
-(megatron and vanilla: torch's ``RowwiseParallel``), a rank looks up only the tokens of its own shard,
-and the all-reduce that would bring every other token's row brings nothing: those tokens enter the
-network as zero vectors, and a position whose whole prefix is such tokens stays zero through every
-block (attention over zeros and SwiGLU of zero are zero). RMSNorm's gradient at zero is 1/sqrt(eps),
-316× at eps 1e-5, twice a block: the dense 7B@16 dry run overflowed at step 8 on the H100, and the
-debug model's gradient norm reached 6e4 on the CPU, where a real run's stays near 1.
+unless ``DRY_RUN_RANK`` says) every collective hands a rank its own data back. Where the embedding table
+is split over the vocabulary (megatron and vanilla: torch's ``RowwiseParallel``), a rank looks up only
+the tokens of its own shard, and the all-reduce that would bring every other token's row brings
+nothing: those tokens enter the network as zero vectors, and a position whose whole prefix is such
+tokens stays zero through every block (attention over zeros and SwiGLU of zero are zero). RMSNorm's
+gradient at zero is 1/sqrt(eps), 316× at eps 1e-5, twice a block: the dense 7B@16 dry run overflowed
+at step 8 on the H100, and the debug model's gradient norm reached 6e4 on the CPU, where a real run's
+stays near 1.
 
 Folding each token id into the rank's share, ``[j·vocab_size/tp, (j+1)·vocab_size/tp)`` at TP rank ``j``,
 gives every token its own row on the rank and every target its logit there (loss parallel), so a dry
@@ -48,3 +49,12 @@ def fold_tokens(
     return shard.start + tokens % size, torch.where(
         labels == IGNORE_INDEX, labels, shard.start + labels % size
     )
+
+
+def dry_run_line(rank: int, world_size: int, holds_the_loss: bool, loss_rank: int) -> str:
+    """What a dry run plays: its rank and, where it holds no loss (a pipeline stage before the last),
+    which rank does."""
+    line = f"Dry run: rank {rank} of {world_size} on a fake process group"
+    if not holds_the_loss:
+        line += f" (its loss is -1: DRY_RUN_RANK={loss_rank} plays a rank holding the pipeline's last stage)"
+    return line
