@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import faulthandler
+import importlib
 import io
 import json
 import logging
@@ -33,6 +34,7 @@ from torchtitan.config import ConfigManager
 
 from boost.runtime.process_exit import exit_finished_process
 from boost.training.data.stdlib_corpus import stdlib_files
+from tests.trainer import PROBE_ENV
 from torchtitan_ext.startup_clock import STARTUP
 from torchtitan_ext.train import BoostTrainer, main
 from torchtitan_ext.train_spec import register_boost_train_spec
@@ -62,7 +64,12 @@ def _rank(argv: list[str], env: dict[str, str], log: str, threads: int) -> None:
         sys.argv = ["torchtitan_ext.train", *argv]
         # torchtitan reads the command line through a default bound at its import (sys.argv[1:] then)
         ConfigManager.parse_args.__defaults__ = (argv,)
-        main(BoostTrainer)
+        probe = env.get(PROBE_ENV) if env["RANK"] == "0" else None
+        if probe:
+            module, function = probe.split(":")
+            getattr(importlib.import_module(module), function)(main)
+        else:
+            main(BoostTrainer)
         exit_finished_process()  # as torchtitan_ext.train's __main__: no interpreter finalisation for gloo
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)

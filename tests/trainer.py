@@ -31,6 +31,11 @@ SMALL = [
     "1000",
 ]
 
+# A test's probe of rank 0 in ``train``'s runs, "module:function": the rank server calls it with the
+# trainer's ``main``; it trains through it and reads what the run left in the process
+# (tests/end_to_end/compiled_graphs_probe.py).
+PROBE_ENV = "BOOST_TEST_RANK0_PROBE"
+
 
 def run_train(
     tmp_path: Path,

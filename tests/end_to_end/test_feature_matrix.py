@@ -7,11 +7,13 @@ trainer's; ``run_train.sh`` itself is tested in test_train.py, test_lifecycle.py
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
+from tests.end_to_end import compiled_graphs_probe
 from tests.feature_matrix import (
     LAYOUTS,
     MODELS,
@@ -24,7 +26,7 @@ from tests.feature_matrix import (
     packed_documents,
 )
 from tests.suite_once import once_per_suite
-from tests.trainer import ROOT, losses, train
+from tests.trainer import PROBE_ENV, ROOT, losses, train
 
 # 4 steps, 3 updates: step 1 checks the forward at the common initial model, step 2 the first
 # gradient and AdamW update (a wrong gradient shows there), steps 3-4 the optimizer state carried on.
@@ -215,16 +217,22 @@ def _assert_tensorboard_has_the_loss_and_comm_metrics(
 
 
 @pytest.mark.slow
-def test_gpu_rows_layout_matches_fsdp2_and_starts_again_on_its_cache(reference_losses, tmp_path: Path):
+def test_gpu_rows_layout_matches_fsdp2_replays_and_starts_again_on_its_cache(
+    reference_losses, tmp_path: Path
+):
     # The GPU report's cudagraphs rows at the debug size. SimpleFSDP under inductor (the rows compile with
     # aot_eager, which runs a graph as traced; inductor also merges each graph's gathers and reduce-scatters
     # into one of each: torchtitan_ext/infra/simple_fsdp.py), with boost.cudagraphs, which a CPU runs as
     # without it (inductor records CUDA graphs for GPU graphs only): FSDP2's losses.
+    # Its rank 0 records the graphs inductor compiled: each block's could be replayed as a CUDA graph
+    # (tests/end_to_end/compiled_graphs_probe.py).
     # Started again on the same inductor cache, its ranks find the graphs the first start compiled.
     # AOTAutograd's cache keyed them on the device mesh, the same on every rank, so a rank loaded another's
     # graph, whose collectives name that rank's process groups, and stopped ("Could not resolve the process
     # group registered under the name 11"; torch_private.keep_ranks_compiled_graphs_apart; FSDP2 alike).
     cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")}
+    record = tmp_path / "compiled-graphs.json"
+    probed = {PROBE_ENV: compiled_graphs_probe.PROBE, compiled_graphs_probe.RECORD_ENV: str(record)}
     args = (
         *COMMON,
         *MODELS["btp"],
@@ -233,7 +241,8 @@ def test_gpu_rows_layout_matches_fsdp2_and_starts_again_on_its_cache(reference_l
         *("--boost.fsdp", "simple_fsdp", "--boost.cudagraphs"),
     )
     for start in ("first", "again"):
-        log = train(tmp_path, *args, ngpu=4, steps=STEPS, folder=start, env=cache)
+        env = {**cache, **probed} if start == "first" else cache
+        log = train(tmp_path, *args, ngpu=4, steps=STEPS, folder=start, env=env)
         assert "Applied SimpleFSDP" in log, log[-3000:]
         assert "Compiling each TransformerBlock with torch.compile and inductor's CUDA graphs" in log
         skipped = re.search(
@@ -241,3 +250,5 @@ def test_gpu_rows_layout_matches_fsdp2_and_starts_again_on_its_cache(reference_l
         )
         assert skipped and int(skipped.group(1)) >= 1, log[-3000:]
         assert_same_curve(losses(log), reference_losses("btp", "fsdp2"), RTOL)
+        if start == "first":
+            compiled_graphs_probe.assert_replayable(json.loads(record.read_text()))

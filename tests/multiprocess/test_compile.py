@@ -6,8 +6,8 @@ compiles and the collectives in the forward and backward graphs; the partitioner
 AOTAutograd's default (``aot_eager``'s) or the min-cut one (inductor's). Inductor itself compiles
 one BTP bottleneck here, the online norm and the grouped down-projection with their collectives,
 against eager (on every torch of the range: the compatibility tier), and the low-rank-checkpointed
-BTP blocks in the trainer's tests (``tests/end_to_end/test_feature_matrix.py``'s GPU rows' layout,
-``tests/end_to_end/test_cudagraph_inputs.py``).
+BTP blocks in the trainer's tests (``tests/end_to_end/test_feature_matrix.py``'s GPU rows' layout, whose
+rank 0 reads the compiled graphs' inputs: ``tests/end_to_end/compiled_graphs_probe.py``).
 """
 
 from __future__ import annotations
