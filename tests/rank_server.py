@@ -9,6 +9,10 @@ store on a free port), and answers one JSON line with their exit codes. A fork b
 state right after the imports, so every run starts as fresh as a new process: nothing of one run
 reaches the next.
 
+A request whose environment names a probe (``tests/trainer.py``'s ``PROBE_ENV``, ``"module:function"``)
+has rank 0 call it with the trainer's ``main``: the probe trains through it and reads what the run left in
+the process (``tests/end_to_end/compiled_graphs_probe.py``: inductor's record of the compiled graphs).
+
 Not the launcher: ``run_train.sh``'s preflight and torchrun are tested where they are the point
 (``tests/trainer.py``'s ``run_train``); the trainer checks the whole configuration itself.
 """
