@@ -9,8 +9,9 @@ The run is ``test_feature_matrix.py``'s GPU rows' layout (rank 0 of tp 2 × FSDP
 low-rank AC, SimpleFSDP under inductor, ``boost.cudagraphs``), whose rank 0 trains through ``probe``
 (``tests/rank_server.py``'s ``PROBE_ENV``) rather than in a process of its own: one inductor compile of
 the layout serves both checks. It trains in float32 where the GPU rows train in bf16; the records are the
-same, since SimpleFSDP's mixed precision casts the gathered weights inside the graph, whose inputs stay
-the float32 shards. The control, compiled by the same function in the same process: a block that writes
+same (SimpleFSDP's mixed precision casts the gathered weights inside the graph, whose inputs stay the
+float32 shards; measured 2026-11-28 in both: a block's forward 26 inputs, 22 static, its backward 28, 27
+static, none mutated). The control, compiled by the same function in the same process: a block that writes
 into a buffer, whose record must name that input (else "no graph writes into its inputs" would hold of
 any record).
 """
