@@ -230,6 +230,9 @@ SUPPORTED: list[Row] = [
     # spelt as torch also reads it: torchtitan's own TensorBoard rank knows "ZBVZeroBubble" alone
     Row("btp", False, "lowrank", "pp×tp", lax=True, sp=True, schedule="zbvzerobubble"),
     Row("btp", True, "none", "fsdp×tp", "bfloat16", fsdp="simple_fsdp", lax=True, sp=True),
+    # DualPipeV: the V-shaped stages of ZBV, each forward paired with a backward (torch's OVERLAP_F_B, run
+    # in order: infra/pipeline.py's without_expert_overlap), the dense model's TP collectives inside both
+    Row("megatron", False, "none", "pp×tp", schedule="DualPipeV"),
 ]
 
 # Refused before any process starts: (processes, overrides, a phrase the refusal must contain).
@@ -257,7 +260,7 @@ REFUSED: list[tuple[int, tuple[str, ...], str]] = [
     (2, (*LAYOUTS["tp"][1], "--boost.no-group-linears"), "boost.norm"),  # online needs one reader per norm
     (2, (*LAYOUTS["tp"][1], "--boost.tp_scheme", "vanilla", "--boost.norm", "sync"), "boost.group_linears"),
     (4, (*LAYOUTS["fsdp×tp"][1], "--boost.fsdp", "simple_fsdp"), "boost.fsdp"),  # not compiled
-    # torch runs a zero-bubble schedule's split backward on eager stages only; DualPipeV overlaps on streams
+    # torch runs a zero-bubble schedule's split backward on eager stages only
     (
         4,
         (
@@ -267,16 +270,6 @@ REFUSED: list[tuple[int, tuple[str, ...], str]] = [
             "ZBVZeroBubble",
         ),
         "parallelism.pipeline_parallel_schedule",
-    ),
-    (
-        4,
-        (
-            *LAYOUTS["pp×tp"][1],
-            "--parallelism.pipeline_parallel_schedule",
-            "DualPipeV",
-            "--validation.no-enable",
-        ),
-        "accelerator",
     ),
     # torch's V-shaped schedules run no forward-only pass ("can't steal_bwd_input")
     (

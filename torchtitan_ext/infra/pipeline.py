@@ -51,6 +51,7 @@ data-parallel degree and the gradient-accumulation steps — the trainer's ``glo
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -300,7 +301,9 @@ class PerTokenSchedule:
         self.batches_per_step = batches_per_step
         self.tokens = 1.0  # the step's global token count, set where the target is (the last stage's ranks)
         self.stages = stages
-        self.schedule: PipelineSchedule = build_pipeline_schedule(job_config, stages, self._loss_per_token)
+        self.schedule: PipelineSchedule = build_pipeline_schedule(
+            without_expert_overlap(job_config), stages, self._loss_per_token
+        )
         self._last_training: bool | None = None
 
     def _loss_per_token(self, pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -327,6 +330,20 @@ class PerTokenSchedule:
         if losses is not None:
             losses[:] = [loss * self.tokens for loss in losses]
         return out
+
+
+def without_expert_overlap(job_config: JobConfig) -> JobConfig:
+    """``job_config`` with ``parallelism.pipeline_parallel_expert_parallel_overlap`` off, for the schedule.
+
+    The field acts only with experts (its doc: DualPipeV, PP and ``expert_parallel_degree`` > 1, which
+    BOOST's models refuse), but torchtitan 0.2.2's ``build_pipeline_schedule`` registers its overlap for
+    every DualPipeV while the field is on, as it is by default. That overlap runs each paired forward and
+    backward in two threads: on a model without experts nothing orders them, so their TP and FSDP
+    collectives would reach a process group in a different order on each rank, and it asks the device
+    for a stream a CPU does not have. Without it torch runs the pair one after the other, on every device.
+    """
+    par = dataclasses.replace(job_config.parallelism, pipeline_parallel_expert_parallel_overlap=False)
+    return dataclasses.replace(job_config, parallelism=par)
 
 
 def _stage_indices(pp_rank: int, pp: int, num_stages: int, v_shaped: bool) -> tuple[int, ...]:

@@ -242,16 +242,14 @@ def check_attention_kernel(job) -> None:
 
 
 def check_pipeline_runtime(job) -> None:
-    """``parallelism.pipeline_parallel_schedule`` runs right on this machine's device and torch (where a rank
-    runs, both are the launcher's)."""
-    from torchtitan_ext.cpu import on_cpu  # torch's device probe: after the checks that need no torch
+    """``parallelism.pipeline_parallel_schedule`` runs right on this machine's torch (where a rank runs, it is
+    the launcher's)."""
     from torchtitan_ext.torch_private import EXACT_SPLIT_BACKWARD
 
     par = job.parallelism
     problem = rules.pipeline_runtime_problem(
         par.pipeline_parallel_schedule,
         par.pipeline_parallel_degree,
-        on_cpu=on_cpu(),
         exact_split_backward=EXACT_SPLIT_BACKWARD,
     )
     if problem is not None:

@@ -82,7 +82,6 @@ from boost.training.rules.kinds import (
     resolve_rank,
 )
 from boost.training.rules.pipeline import (
-    PIPELINE_ACCELERATOR_ONLY,
     PIPELINE_MICROBATCH_PER_STAGE,
     PIPELINE_MICROBATCH_ROUNDS,
     PIPELINE_SPLIT_BACKWARD,
@@ -140,7 +139,6 @@ __all__ = [
     "MASK_TYPES",
     "MODEL_NAME",
     "NORM_MODES",
-    "PIPELINE_ACCELERATOR_ONLY",
     "PIPELINE_MICROBATCH_PER_STAGE",
     "PIPELINE_MICROBATCH_ROUNDS",
     "PIPELINE_SPLIT_BACKWARD",

@@ -42,8 +42,6 @@ PIPELINE_TWO_STAGES_PER_RANK = ("zbvzerobubble", "dualpipev")
 # The zero-bubble schedules, which split each backward into an input- and a weight-gradient pass: torch
 # refuses them over compiled stage modules (``_check_torch_compile_compatibility``, torch 2.11 to 2.14).
 PIPELINE_SPLIT_BACKWARD = ("interleavedzerobubble", "zbvzerobubble", "dualpipev")
-# torchtitan's DualPipeV overlaps a forward and a backward on the accelerator's streams: a CPU has none.
-PIPELINE_ACCELERATOR_ONLY = ("dualpipev",)
 
 
 def splits_backward(schedule: str) -> bool:
@@ -94,17 +92,9 @@ def pipeline_validation_problem(schedule: str, pp: int, validation: bool) -> str
     return None
 
 
-def pipeline_runtime_problem(
-    schedule: str, pp: int, *, on_cpu: bool, exact_split_backward: bool
-) -> str | None:
-    """A schedule this machine's device or torch cannot run right: ``PIPELINE_ACCELERATOR_ONLY`` without an
-    accelerator, ``PIPELINE_SPLIT_BACKWARD`` on a torch whose split backward is not exact."""
-    name = schedule.lower()
-    if pp > 1 and on_cpu and name in PIPELINE_ACCELERATOR_ONLY:
-        return (
-            f"schedule {schedule} overlaps a forward and a backward on the accelerator's streams, and this "
-            "machine has none: choose ZBVZeroBubble (the same V-shaped stages, not overlapped) on a CPU"
-        )
+def pipeline_runtime_problem(schedule: str, pp: int, *, exact_split_backward: bool) -> str | None:
+    """A schedule this torch cannot run right: ``PIPELINE_SPLIT_BACKWARD`` where its split backward is not
+    exact."""
     if pp > 1 and not exact_split_backward and splits_backward(schedule):
         return (
             f"schedule {schedule} splits each backward in two, which this torch's pipelining (before 2.13) "
