@@ -1,6 +1,6 @@
-"""Layout planner: enumerate (scheme, TP, PP, CP, DP, AC), drop what does not fit in memory, rank by
-``boost.planning.perf_model`` step time, print the best layouts and the TOML overrides of the first; or, for the
-layout a training TOML fixes, name the largest micro-batch that fits a GPU's memory.
+"""Layout planner: enumerate (scheme, TP, sequence parallelism, PP, CP, DP, AC), drop what does not fit in
+memory, rank by ``boost.planning.perf_model`` step time, print the best layouts and the TOML overrides of the
+first; or, for the layout a training TOML fixes, name the largest micro-batch that fits a GPU's memory.
 
     python -m boost.planning.layout_planner --flavor 7B --gpus 16 --hardware a100 [--seq-len 4096 --micro-batch 4
                          --memory-gb 80 | --memory-gib 80 --linear cola --num-microbatches M --top 10]
@@ -8,8 +8,13 @@ layout a training TOML fixes, name the largest micro-batch that fits a GPU's mem
     python -m boost.planning.layout_planner --config train_configs/7B.toml --gpus 16 --seq-len 32768  # long windows
 
 Context parallelism (``cp``, the sequence over ``cp`` ranks) is enumerated beside data parallelism: it reads
-fewer windows at once for the same GPUs and adds the attention's collectives, so it ranks below DP wherever
-a window fits a GPU, and is what the planner proposes where one does not (long sequences).
+fewer windows at once for the same GPUs and adds the attention's collectives, so it ranks below DP at the
+usual windows (4k), and first at long ones, where splitting the attention's quadratic work pays or nothing
+else fits.
+
+Sequence parallelism (``sp``, ``boost.sequence_parallel``) is enumerated for the schemes with a plan (btp:
+each latent on a rank's tokens; megatron: the residual stream), at TP > 1, where the sequence splits over
+the TP ranks: it moves the same bytes, and the performance model weighs the work and memory it splits.
 
 Memory per GPU is ``boost.planning.perf_model.memory_per_gpu`` (the formulas, and the measurement that calibrates
 them, are in ``boost/planning/perf_model/peak_memory.py``). A layout fits a GPU when that peak, 1 GiB outside the
@@ -23,6 +28,7 @@ whatever ``m`` is.
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from dataclasses import dataclass
 
@@ -55,6 +61,7 @@ class Layout:
     step_time: float
     tokens_per_s: float
     cp: int = 1
+    sp: bool = False  # boost.sequence_parallel
 
     def overrides(self, linear: str, num_microbatches: int, micro_batch: int, seq_len: int) -> str:
         """The ``run_train.sh`` / torchtitan command-line overrides of this layout."""
@@ -67,6 +74,8 @@ class Layout:
             f"--boost.tp_scheme {self.scheme}",
             f"--boost.activation_checkpoint {self.ac}",
         ]
+        if self.sp:
+            parts.append("--boost.sequence_parallel")
         if not rules.groups_linears(self.scheme):
             parts.append("--boost.no-group-linears")  # tyro's flag form of a boolean
         # torchtitan splits local_batch_size into micro-batches of pipeline_parallel_microbatch_size
@@ -79,6 +88,14 @@ class Layout:
 
 def _divisors(n: int) -> list[int]:
     return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _sequence_parallel_choices(scheme: str, tp: int, seq_len: int) -> tuple[bool, ...]:
+    """``boost.sequence_parallel`` off, and on where the scheme has a plan that splits something at this TP
+    degree and the preflight takes it (``rules.sequence_parallel_problem``)."""
+    if tp == 1 or SCHEMES[scheme].sequence_parallel is None:
+        return (False,)
+    return (False,) if rules.sequence_parallel_problem(True, scheme, seq_len, tp) else (False, True)
 
 
 def enumerate_layouts(
@@ -124,51 +141,53 @@ def enumerate_layouts(
                 # at least 2 layers per stage (the planner's choice)
                 if rules.pipeline_problem(linear, pp, n_layers) or (pp > 1 and n_layers / pp < 2):
                     continue
-                for cp in _divisors(gpus // (tp * pp)):
+                sp_choices = _sequence_parallel_choices(scheme, tp, seq_len)
+                for cp, sp, ac in itertools.product(_divisors(gpus // (tp * pp)), sp_choices, AC_MODES):
                     # the sequence splits into the load balancer's 2·cp chunks (the preflight's rule)
-                    if rules.context_parallel_problem(cp, seq_len, "sdpa", "headtail", tp, False):
+                    if rules.context_parallel_problem(
+                        cp, seq_len, "sdpa", "headtail", tp, sp
+                    ) or rules.activation_checkpoint_problem(ac, scheme, tp):
                         continue
                     dp = gpus // (tp * pp * cp)
                     m = num_microbatches or pp  # 1F1B with m = pp: bubble (p-1)/(2p-1)
-                    for ac in AC_MODES:
-                        if rules.activation_checkpoint_problem(ac, scheme, tp):
-                            continue
-                        mem = memory_per_gpu(
-                            flavor,
-                            scheme,
-                            tp,
-                            pp,
-                            dp,
-                            ac,
-                            micro_batch=micro_batch,
-                            seq_len=seq_len,
-                            num_microbatches=m,
-                            vocab_size=vocab_size,
-                            linear=linear,
-                            compiled=True,  # BOOST ships compiled
-                            cp=cp,
-                            attn_mask_type=attn_mask_type,
-                        )
-                        if mem > budget:
-                            continue
-                        t = predict_step_time(
-                            flavor,
-                            scheme,
-                            tp,
-                            pp,
-                            hardware=hw,
-                            micro_batch=micro_batch,
-                            seq_len=seq_len,
-                            dp=dp,
-                            num_microbatches=m,
-                            activation_checkpoint=ac,
-                            vocab_size=vocab_size,
-                            linear=linear,
-                            cp=cp,
-                            attn_mask_type=attn_mask_type,
-                        )
-                        tokens = m * dp * micro_batch * seq_len
-                        layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t, cp))
+                    mem = memory_per_gpu(
+                        flavor,
+                        scheme,
+                        tp,
+                        pp,
+                        dp,
+                        ac,
+                        micro_batch=micro_batch,
+                        seq_len=seq_len,
+                        num_microbatches=m,
+                        vocab_size=vocab_size,
+                        linear=linear,
+                        compiled=True,  # BOOST ships compiled
+                        cp=cp,
+                        attn_mask_type=attn_mask_type,
+                        sequence_parallel=sp,
+                    )
+                    if mem > budget:
+                        continue
+                    t = predict_step_time(
+                        flavor,
+                        scheme,
+                        tp,
+                        pp,
+                        hardware=hw,
+                        micro_batch=micro_batch,
+                        seq_len=seq_len,
+                        dp=dp,
+                        num_microbatches=m,
+                        activation_checkpoint=ac,
+                        vocab_size=vocab_size,
+                        linear=linear,
+                        cp=cp,
+                        attn_mask_type=attn_mask_type,
+                        sequence_parallel=sp,
+                    )
+                    tokens = m * dp * micro_batch * seq_len
+                    layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t, cp, sp))
     if not layouts:
         raise ValueError(
             f"no layout of {flavor} on {gpus} {hw.name} GPU(s) fits in {budget / GIB:.1f} GiB (of "
@@ -287,12 +306,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(layouts)} feasible layouts"
     )
     print(
-        f"{'#':>3} {'scheme':<9}{'tp':>3}{'pp':>3}{'cp':>3}{'dp':>4} {'ac':<8}{'mem GiB':>8}{'step s':>9}"
+        f"{'#':>3} {'scheme':<9}{'tp':>3}{'sp':>4}{'pp':>3}{'cp':>3}{'dp':>4} {'ac':<8}{'mem GiB':>8}{'step s':>9}"
         f"{'tokens/s':>11}"
     )
     for i, l in enumerate(layouts[: search["top"]], 1):
         print(
-            f"{i:>3} {l.scheme:<9}{l.tp:>3}{l.pp:>3}{l.cp:>3}{l.dp:>4} {l.ac:<8}{l.memory_bytes / GIB:>8.1f}"
+            f"{i:>3} {l.scheme:<9}{l.tp:>3}{'yes' if l.sp else 'no':>4}{l.pp:>3}{l.cp:>3}{l.dp:>4} {l.ac:<8}"
+            f"{l.memory_bytes / GIB:>8.1f}"
             f"{l.step_time:>9.3f}{l.tokens_per_s:>11,.0f}"
         )
     best = layouts[0]

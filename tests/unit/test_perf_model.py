@@ -219,7 +219,8 @@ def test_every_printed_layout_is_accepted_by_validation(capsys):
             job.parallelism.pipeline_parallel_degree,
             job.boost.tp_scheme,
             job.boost.activation_checkpoint,
-        ) == (layout.tp, layout.pp, layout.scheme, layout.ac)
+            job.boost.sequence_parallel,
+        ) == (layout.tp, layout.pp, layout.scheme, layout.ac, layout.sp)
         assert job.boost.group_linears == (layout.scheme != "vanilla")
 
 
@@ -246,11 +247,11 @@ def test_context_parallelism_in_the_step_time_memory_and_planner():
     assert (
         masked["activations"] > m4["activations"] + 32768 * 8192
     )  # the mask rows, b·(s/cp)·s bytes at least
-    # the planner keeps whole windows where they fit, and shards them where that is faster or needed
+    # the planner keeps whole windows where they fit, and shards them where nothing else fits
     assert enumerate_layouts("7B", 16, "h100")[0].cp == 1
-    long = enumerate_layouts("7B", 16, "h100", seq_len=32768, micro_batch=4)
-    assert long[0].cp > 1 and "--parallelism.context_parallel_degree" in long[0].overrides(
-        "cola", 1, 4, 32768
+    long = enumerate_layouts("7B", 16, "h100", seq_len=131072, micro_batch=4)
+    assert all(l.cp > 1 for l in long) and "--parallelism.context_parallel_degree" in long[0].overrides(
+        "cola", 1, 4, 131072
     )
     assert all(l.memory_bytes <= usable_bytes(H100.memory_bytes) for l in long)
 
@@ -279,6 +280,22 @@ def test_btp_sequence_parallelism_moves_the_same_bytes_and_splits_the_latent_wor
     assert predict_step_time("7B", "btp", 1, 1, sequence_parallel=True, **run) == predict_step_time(
         "7B", "btp", 1, 1, **run
     )
+
+
+def test_the_planner_weighs_sequence_parallelism_where_a_scheme_has_a_plan():
+    """Each layout of a scheme with a plan (btp, megatron) at TP > 1 comes with and without
+    ``boost.sequence_parallel``; vanilla and TP 1 never; and a layout that fits only with it is proposed with it."""
+    for linear in ("cola", "full"):
+        layouts = enumerate_layouts("7B", 16, "h100", linear=linear)
+        split = {(l.scheme, l.tp, l.pp, l.cp, l.ac) for l in layouts if l.sp}
+        assert split and all(scheme != "vanilla" and tp > 1 for scheme, tp, *_ in split)
+        assert ("vanilla" in {l.scheme for l in layouts}) == (linear == "cola")  # planned, without it
+    # megatron at TP 4 without AC: the residual stream on a rank's tokens is what lets it fit in 64 GiB
+    tight = enumerate_layouts("7B", 16, "h100", linear="full", memory_bytes=64 * 2**30)
+    kept = [(l.tp, l.pp, l.cp, l.ac, l.sp) for l in tight if l.scheme == "megatron"]
+    assert (4, 1, 1, "none", True) in kept and (4, 1, 1, "none", False) not in kept
+    # a sequence the TP ranks cannot split is planned without it (the preflight's rule)
+    assert not any(l.sp for l in enumerate_layouts("1B", 3, "h100", seq_len=2051, micro_batch=1))
 
 
 def test_sequence_parallelism_in_the_memory_model(tmp_path):
