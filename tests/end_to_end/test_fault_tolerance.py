@@ -114,6 +114,7 @@ def test_a_dry_run_that_goes_non_finite_says_its_numbers_are_not_a_models(tmp_pa
     model's would not (the dense 7B@16 on the H100 at step 8). The guard still stops it, and says so."""
     env = dict(os.environ, DRY_RUN="1", NGPU="4", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path / "cache"))
     overrides = ["--optimizer.lr", "1e30", "--lr_scheduler.warmup_steps", "1", "--training.max_norm", "1e30"]
+    overrides += ["--checkpoint.no-enable"]  # a dry run saves none (the preflight refuses it)
     proc = subprocess.run(
         ["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), "--training.steps", "30", *SMALL, *overrides],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,

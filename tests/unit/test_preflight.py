@@ -275,6 +275,16 @@ CASES = [
     ),
     (["--lr_scheduler.min_lr_factor", "1.5"], 1, "lr_scheduler.min_lr_factor = 1.5: must lie in [0, 1]"),
     (
+        ["--comm.mode", "local_tensor"],
+        2,
+        "comm.mode = 'local_tensor': choose one of ('default', 'fake_backend')",
+    ),
+    (
+        ["--comm.mode", "fake_backend"],
+        4,
+        "checkpoint.enable = True: a dry run plays one rank of NGPU, and a checkpoint holds every rank's shards",
+    ),
+    (
         ["--optimizer.name", "LORO"],
         1,
         "optimizer.name = 'LORO': LORO moves W = B·A on the rank-r manifold, and under boost.linear = 'cola' σ "

@@ -798,6 +798,23 @@ RULES: tuple[Rule, ...] = (
     at_least("profiling.profiler_warmup", 0, when=_profiling_applies),
     at_least("comm.init_timeout_seconds", 1),
     at_least("comm.train_timeout_seconds", 1),
+    # torch's LocalTensor simulation of every rank in one process: BOOST's seeded init reads each rank's
+    # shard offsets as whole numbers, which it makes per-rank symbols (it stops there with an AttributeError)
+    one_of(
+        "comm.mode",
+        ("default", "fake_backend"),
+        "fake_backend is DRY_RUN=1's; local_tensor does not run BOOST",
+    ),
+    Rule(
+        "checkpoint.enable",
+        "false in a dry run (comm.mode fake_backend)",
+        lambda c: (
+            "a dry run plays one rank of NGPU, and a checkpoint holds every rank's shards: its save at the last "
+            "step cannot be planned across the fake process group; pass --checkpoint.no-enable"
+            if c.job.comm.mode == "fake_backend" and c.job.checkpoint.enable
+            else None
+        ),
+    ),
 )
 
 
