@@ -32,9 +32,15 @@ CASES = [  # (kind, scheme, grouped, norm, sequence_parallel)
 ]
 
 
-def _count(mesh, kind, scheme, grouped, norm, sp, n_layers) -> CommCounter:
+def _count(mesh, kind, scheme, grouped, norm, sp, n_layers, n_kv_heads=None) -> CommCounter:
     args = ModelArgs.from_flavor(
-        "debug", linear=kind, vocab_size=VOCAB, n_layers=n_layers, group_linears=grouped, max_seq_len=SEQ
+        "debug",
+        linear=kind,
+        vocab_size=VOCAB,
+        n_layers=n_layers,
+        group_linears=grouped,
+        max_seq_len=SEQ,
+        **({} if n_kv_heads is None else {"n_kv_heads": n_kv_heads}),
     )
     torch.manual_seed(0)
     model = apply_tp(Transformer(args), mesh, scheme=scheme, norm=norm, sequence_parallel=sp)
@@ -44,12 +50,12 @@ def _count(mesh, kind, scheme, grouped, norm, sp, n_layers) -> CommCounter:
     return comm, args
 
 
-def _per_layer_body(rank: int, world_size: int) -> None:
+def _per_layer_body(rank: int, world_size: int, cases=CASES, n_kv_heads: int | None = None) -> None:
     mesh = init_device_mesh("cpu", (world_size,))
-    for kind, scheme, grouped, norm, sp in CASES:
+    for kind, scheme, grouped, norm, sp in cases:
         tag = f"{kind}/{scheme}/grouped={grouped}/{norm}/sp={sp}"
-        two, args = _count(mesh, kind, scheme, grouped, norm, sp, n_layers=2)
-        one, _ = _count(mesh, kind, scheme, grouped, norm, sp, n_layers=1)
+        two, args = _count(mesh, kind, scheme, grouped, norm, sp, n_layers=2, n_kv_heads=n_kv_heads)
+        one, _ = _count(mesh, kind, scheme, grouped, norm, sp, n_layers=1, n_kv_heads=n_kv_heads)
         expected = per_layer(args, scheme, tokens=BATCH * SEQ, norm=norm, sequence_parallel=sp)
         for direction, backward in (("forward", False), ("backward", True)):
             a, b = two.direction(backward), one.direction(backward)

@@ -68,10 +68,10 @@ def _args(kind: str, grouped: bool, n_kv_heads: int | None = None, n_layers: int
 
 
 def _batch(seed: int):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randint(0, VOCAB, (BATCH, SEQ), generator=g), torch.randint(
-        0, VOCAB, (BATCH, SEQ), generator=g
-    )
+    # the global generator, seeded: every rank draws the same batch, the simulated ranks of
+    # tests/simulated_ranks.py too (a torch.Generator there is one object the ranks draw from in turn)
+    torch.manual_seed(seed)
+    return torch.randint(0, VOCAB, (BATCH, SEQ)), torch.randint(0, VOCAB, (BATCH, SEQ))
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
@@ -93,7 +93,7 @@ def _parity_body(rank: int, world_size: int, cases, n_kv_heads) -> None:
     ):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            apply_tp(Transformer(_args(kind, grouped)), mesh, scheme=scheme, norm="local")
+            apply_tp(Transformer(_args(kind, grouped, n_kv_heads)), mesh, scheme=scheme, norm="local")
         warned = any("NOT the dense model" in str(w.message) for w in caught)
         assert warned == sharded, f"{scheme}/grouped={grouped}: norm = local warned: {warned}"
     torch.set_default_dtype(torch.float64)
