@@ -37,3 +37,11 @@ def simulated_ranks(world_size: int) -> Iterator[None]:
         dist.destroy_process_group()
         torch.set_default_dtype(dtype)
         torch.random.set_rng_state(rng)
+
+
+def outside_the_ranks() -> contextlib.AbstractContextManager:
+    """Compute as one device inside ``simulated_ranks``: plain tensors, each op once (a reference model, the
+    batch), rather than once a simulated rank."""
+    from torch.distributed._local_tensor import maybe_disable_local_tensor_mode
+
+    return maybe_disable_local_tensor_mode()

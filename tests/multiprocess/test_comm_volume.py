@@ -3,6 +3,8 @@ closed forms of ``boost.planning.comm_volume`` (DESIGN §2): BTP 4 all-reduces o
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -32,7 +34,7 @@ CASES = [  # (kind, scheme, grouped, norm, sequence_parallel)
 ]
 
 
-def _count(mesh, kind, scheme, grouped, norm, sp, n_layers, n_kv_heads=None) -> CommCounter:
+def _count(mesh, kind, scheme, grouped, norm, sp, n_layers, n_kv_heads, one_device) -> CommCounter:
     args = ModelArgs.from_flavor(
         "debug",
         linear=kind,
@@ -42,20 +44,24 @@ def _count(mesh, kind, scheme, grouped, norm, sp, n_layers, n_kv_heads=None) -> 
         max_seq_len=SEQ,
         **({} if n_kv_heads is None else {"n_kv_heads": n_kv_heads}),
     )
-    torch.manual_seed(0)
-    model = apply_tp(Transformer(args), mesh, scheme=scheme, norm=norm, sequence_parallel=sp)
-    tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
+    with one_device():
+        whole = Transformer(args)
+        tokens = torch.randint(0, VOCAB, (BATCH, SEQ), generator=torch.Generator().manual_seed(0))
+    model = apply_tp(whole, mesh, scheme=scheme, norm=norm, sequence_parallel=sp)
     with CommCounter() as comm, loss_parallel():
         F.cross_entropy(model(tokens).flatten(0, 1), tokens.flatten()).backward()
     return comm, args
 
 
-def _per_layer_body(rank: int, world_size: int, cases=CASES, n_kv_heads: int | None = None) -> None:
+def _per_layer_body(
+    rank: int, world_size: int, cases=CASES, n_kv_heads: int | None = None, one_device=contextlib.nullcontext
+) -> None:
+    """``one_device``: as ``test_tp._parity_body``'s, where the models are built and the batch drawn."""
     mesh = init_device_mesh("cpu", (world_size,))
     for kind, scheme, grouped, norm, sp in cases:
         tag = f"{kind}/{scheme}/grouped={grouped}/{norm}/sp={sp}"
-        two, args = _count(mesh, kind, scheme, grouped, norm, sp, n_layers=2, n_kv_heads=n_kv_heads)
-        one, _ = _count(mesh, kind, scheme, grouped, norm, sp, n_layers=1, n_kv_heads=n_kv_heads)
+        two, args = _count(mesh, kind, scheme, grouped, norm, sp, 2, n_kv_heads, one_device)
+        one, _ = _count(mesh, kind, scheme, grouped, norm, sp, 1, n_kv_heads, one_device)
         expected = per_layer(args, scheme, tokens=BATCH * SEQ, norm=norm, sequence_parallel=sp)
         for direction, backward in (("forward", False), ("backward", True)):
             a, b = two.direction(backward), one.direction(backward)

@@ -8,6 +8,7 @@ on the TP mesh receive identical gradients on every rank, so they stay bit-ident
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -82,7 +83,9 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
-def _parity_body(rank: int, world_size: int, cases, n_kv_heads) -> None:
+def _parity_body(rank: int, world_size: int, cases, n_kv_heads, one_device=contextlib.nullcontext) -> None:
+    """``one_device``: a context that computes as one device, where the models are built and the reference
+    runs (``tests/simulated_ranks.py``'s ``outside_the_ranks``: once, not once a simulated rank)."""
     mesh = init_device_mesh("cpu", (world_size,))
     # norm = "local" is another model only where the scheme shards the residual the pre-norms read
     for kind, scheme, grouped, sharded in (
@@ -97,24 +100,24 @@ def _parity_body(rank: int, world_size: int, cases, n_kv_heads) -> None:
         warned = any("NOT the dense model" in str(w.message) for w in caught)
         assert warned == sharded, f"{scheme}/grouped={grouped}: norm = local warned: {warned}"
     torch.set_default_dtype(torch.float64)
-    tokens, labels = _batch(0)
+    with one_device():
+        tokens, labels = _batch(0)
     for kind, scheme, grouped, norm, sp in cases:
         tag = f"{kind}/{scheme}/grouped={grouped}/{norm}/sp={sp}/t={world_size}"
         args = _args(kind, grouped, n_kv_heads)
-        torch.manual_seed(0)
-        ref = Transformer(args)
-        torch.manual_seed(0)
-        model = apply_tp(Transformer(args), mesh, scheme=scheme, norm=norm, sequence_parallel=sp)
+        with one_device():
+            torch.manual_seed(0)
+            ref, whole = Transformer(args), Transformer(args)
+            logits_ref = ref(tokens)
+            loss_ref = F.cross_entropy(logits_ref.flatten(0, 1), labels.flatten())
+            loss_ref.backward()
+        model = apply_tp(whole, mesh, scheme=scheme, norm=norm, sequence_parallel=sp)
         # the initial model is the same whatever the layout
         ref_params = dict(ref.named_parameters())
         for name, p in model.named_parameters():
             assert torch.equal(_full(p.detach()), ref_params[name].detach()), (
                 f"{tag}: init differs for {name}"
             )
-
-        logits_ref = ref(tokens)
-        loss_ref = F.cross_entropy(logits_ref.flatten(0, 1), labels.flatten())
-        loss_ref.backward()
         with loss_parallel():
             logits = model(tokens)
             loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())

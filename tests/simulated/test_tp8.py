@@ -11,7 +11,7 @@ import pytest
 
 from tests.multiprocess.test_comm_volume import _per_layer_body
 from tests.multiprocess.test_tp import _parity_body
-from tests.simulated_ranks import simulated_ranks
+from tests.simulated_ranks import outside_the_ranks, simulated_ranks
 
 TP, KV_HEADS = 8, 8
 CASES = [  # (kind, scheme, grouped, norm, sequence_parallel)
@@ -26,10 +26,10 @@ CASES = [  # (kind, scheme, grouped, norm, sequence_parallel)
 @pytest.mark.slow
 def test_schemes_at_tp8_match_one_device_float64():
     with simulated_ranks(TP):
-        _parity_body(0, TP, CASES, KV_HEADS)
+        _parity_body(0, TP, CASES, KV_HEADS, outside_the_ranks)
 
 
 @pytest.mark.slow
 def test_collectives_per_layer_at_tp8_match_the_formulas():
     with simulated_ranks(TP):
-        _per_layer_body(0, TP, CASES, KV_HEADS)
+        _per_layer_body(0, TP, CASES, KV_HEADS, outside_the_ranks)
