@@ -69,10 +69,10 @@ def _args(kind: str, grouped: bool, n_kv_heads: int | None = None, n_layers: int
 
 
 def _batch(seed: int):
-    # the global generator, seeded: every rank draws the same batch, the simulated ranks of
-    # tests/simulated_ranks.py too (a torch.Generator there is one object the ranks draw from in turn)
-    torch.manual_seed(seed)
-    return torch.randint(0, VOCAB, (BATCH, SEQ)), torch.randint(0, VOCAB, (BATCH, SEQ))
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, VOCAB, (BATCH, SEQ), generator=g), torch.randint(
+        0, VOCAB, (BATCH, SEQ), generator=g
+    )
 
 
 def _full(t: torch.Tensor) -> torch.Tensor:
