@@ -7,7 +7,10 @@ computes, not how a backend moves the bytes (``tests/distributed.py``'s gloo pro
 
 ``torch.distributed._local_tensor`` is torch's private API (it runs on every torch of the supported range);
 the tests alone use it. A model is built whole and then distributed: BOOST's seeded initialisation of a
-shard reads its offsets as whole numbers, which the mode makes one symbol a rank.
+shard reads its offsets as whole numbers, which the mode makes one symbol a rank. Tried and not run under the
+mode (torch 2.13, 2026-11-28): FSDP2, which frees a gathered parameter by resizing its storage ("invalid
+python storage"), and context parallelism's ring attention, whose backward fails in the CPU kernel's bridge
+(``torchtitan_ext.torch_private``); those layouts stay on gloo processes.
 """
 
 from __future__ import annotations
