@@ -39,6 +39,7 @@ ALLOC_CONF = "expandable_segments:True"
 def main(argv: list[str]) -> int:
     from torchtitan_ext.preflight.check import (
         PREFLIGHT_MARK_ENV,
+        dry_run_mode,
         dry_run_rank,
         preflight,
         preflight_mark,
@@ -62,6 +63,7 @@ def main(argv: list[str]) -> int:
     try:
         ngpu = process_count(os.environ.get("NGPU", "1"))
         values = preflight(argv, ngpu)
+        dry_run_mode(values.comm.mode, dry_run)
         dry_run_rank(os.environ.get("DRY_RUN_RANK"), ngpu, dry_run)
     except ConfigError as e:
         print(f"BOOST config error: {e}", file=sys.stderr)

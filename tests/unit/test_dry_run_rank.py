@@ -9,7 +9,7 @@ import torch
 from torchtitan.components.loss import IGNORE_INDEX
 
 from torchtitan_ext.dry_run import dry_run_line, dry_run_vocab_shard, fold_tokens
-from torchtitan_ext.preflight import ConfigError, dry_run_rank
+from torchtitan_ext.preflight import ConfigError, dry_run_mode, dry_run_rank
 
 
 @pytest.mark.parametrize("raw,rank", [(None, 0), ("", 0), ("0", 0), ("3", 3)])
@@ -30,6 +30,29 @@ def test_a_rank_no_dry_run_can_play_is_refused_naming_the_variable(raw, dry_run,
     with pytest.raises(ConfigError) as refused:
         dry_run_rank(raw, ngpu=4, dry_run=dry_run)
     assert str(refused.value) == message
+
+
+@pytest.mark.parametrize(
+    "mode,dry_run,message",
+    [
+        (
+            "fake_backend",
+            False,
+            "comm.mode = 'fake_backend': a dry run is one process playing a rank: set DRY_RUN=1",
+        ),
+        (
+            "default",
+            True,
+            "comm.mode = 'default': DRY_RUN=1 runs on the fake process group: drop --comm.mode",
+        ),
+    ],
+)
+def test_the_fake_process_group_goes_with_dry_run_alone(mode, dry_run, message):
+    dry_run_mode("fake_backend", dry_run=True)
+    dry_run_mode("default", dry_run=False)
+    with pytest.raises(ConfigError) as refused:
+        dry_run_mode(mode, dry_run=dry_run)
+    assert str(refused.value).startswith(message)
 
 
 def test_tokens_fold_into_the_played_ranks_vocabulary_shard():

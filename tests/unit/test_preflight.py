@@ -713,6 +713,26 @@ def test_run_train_refuses_before_starting_any_process(tmp_path):
         proc.stderr.strip().splitlines()[-1]
         == "BOOST config error: NGPU = 0: must be at least 1 (processes on this node)"
     )
+    # the fake process group by hand, without DRY_RUN=1: each of NGPU processes would play rank 0
+    proc = subprocess.run(
+        [
+            "./run_train.sh",
+            "--job.dump_folder",
+            str(tmp_path),
+            "--comm.mode",
+            "fake_backend",
+            "--checkpoint.no-enable",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and "BOOST config error: comm.mode = 'fake_backend'" in proc.stderr, (
+        proc.stderr
+    )
+    assert not any(tmp_path.iterdir())
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ _EXPORTS = {
     "ConfigError": "torchtitan_ext.preflight.check",
     "check_config": "torchtitan_ext.preflight.check",
     "check_job": "torchtitan_ext.preflight.check",
+    "dry_run_mode": "torchtitan_ext.preflight.check",
     "dry_run_rank": "torchtitan_ext.preflight.check",
     "load_toml": "torchtitan_ext.preflight.read",
     "main": "torchtitan_ext.preflight.check",

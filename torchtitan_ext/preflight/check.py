@@ -40,6 +40,7 @@ __all__ = [
     "ConfigError",
     "check_config",
     "check_job",
+    "dry_run_mode",
     "dry_run_rank",
     "load_toml",
     "main",
@@ -90,6 +91,16 @@ def dry_run_rank(raw: str | None, ngpu: int, dry_run: bool) -> int:
     if not 0 <= rank < ngpu:
         refuse("DRY_RUN_RANK", rank, fix)
     return rank
+
+
+def dry_run_mode(comm_mode: str, dry_run: bool) -> None:
+    """``comm.mode`` as the launcher's ``DRY_RUN`` has it: ``fake_backend`` is what ``DRY_RUN=1`` passes (one
+    process playing a rank); given without it, each of the NGPU processes torchrun starts would play rank 0
+    of the same run folder, and with ``DRY_RUN=1`` another mode would start no fake process group."""
+    if dry_run and comm_mode != "fake_backend":
+        refuse("comm.mode", comm_mode, "DRY_RUN=1 runs on the fake process group: drop --comm.mode")
+    if not dry_run and comm_mode == "fake_backend":
+        refuse("comm.mode", comm_mode, "a dry run is one process playing a rank: set DRY_RUN=1 instead")
 
 
 def check_values(job: ReadJob, world_size: int | None = None) -> int:
