@@ -16,6 +16,9 @@ torchtitan's ``main``) removes, each where it arises:
   disable, warning) and no word about it.
 - ``'set_vital' is deprecated``: torchdata's ``StatefulDataLoader`` calls torch's ``set_vital``, a
   no-op since torch 2.13 that warns on lookup; ignored for torchdata's call alone.
+- ``torch.distributed.distributed_c10d._set_pg_timeout is deprecated``: torchtitan 0.2.2 lowers the process
+  groups' timeouts after the first step through it, which torch 2.14 deprecates for ``set_timeout`` (it
+  calls that itself); ignored for torchtitan's call alone.
 - ``Pipeline Parallel loss is not visible. Please add rank N to LOG_RANK``: torchtitan's check knows one
   V-shaped schedule, by its exact name "ZBVZeroBubble". Under DualPipeV, or ZBV spelt in another case
   (torch reads any), the loss is rank 0's (``rules.pipeline_loss_rank``), which the console shows, and it
@@ -48,6 +51,12 @@ def install() -> None:
     validate_offline_assets_quietly()
     warnings.filterwarnings(
         "ignore", message="'set_vital' is deprecated", category=UserWarning, module=r"torchdata\."
+    )
+    warnings.filterwarnings(
+        "ignore",
+        message="`torch.distributed.distributed_c10d._set_pg_timeout` is deprecated",
+        category=FutureWarning,
+        module=r"torchtitan\.",
     )
     _no_float32_autocast()
     _pipeline_loss_check_knows_every_v_schedule()

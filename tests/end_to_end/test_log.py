@@ -43,7 +43,14 @@ def test_every_warning_of_the_default_run_applies_to_it(default_run):
     warned = warning_lines(default_run.log)
     assert not unexplained(warned), "\n".join(unexplained(warned))
     # each warning this log held before its cause was answered (torchtitan_ext/start_warnings.py)
-    for gone in ("HF assets path", "TORCH_NCCL_ASYNC_ERROR_HANDLING", "autocast", "set_vital", "lspci"):
+    for gone in (
+        "HF assets path",
+        "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        "autocast",
+        "set_vital",
+        "lspci",
+        "_set_pg_timeout",
+    ):
         assert gone not in default_run.log, gone
     assert "Training completed" in default_run.log  # the log read is a whole run's
 
