@@ -39,6 +39,7 @@ def unexplained(lines: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.compat  # a torch release deprecates what torchtitan 0.2.2 calls (2.14: _set_pg_timeout)
 def test_every_warning_of_the_default_run_applies_to_it(default_run):
     warned = warning_lines(default_run.log)
     assert not unexplained(warned), "\n".join(unexplained(warned))
