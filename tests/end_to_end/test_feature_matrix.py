@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from boost.training.rules import splits_backward
 from tests.end_to_end import compiled_graphs_probe
 from tests.feature_matrix import (
     LAYOUTS,
@@ -117,6 +118,12 @@ COMPAT_ROW = "btp-eager-ac_lowrank-pp×tp"
     ids=lambda r: r.name,
 )
 def test_supported_row_matches_its_reference(row: Row, reference_losses, documents, tmp_path: Path):
+    from torchtitan_ext.torch_private import EXACT_SPLIT_BACKWARD
+
+    if splits_backward(row.schedule) and not EXACT_SPLIT_BACKWARD:
+        # torch 2.11: refused before any process starts (test_preflight.py's
+        # test_a_split_backward_schedule_is_refused_where_torch_computes_it_wrong)
+        pytest.skip(f"{row.schedule} splits the backward, which this torch computes wrong: refused here")
     ngpu = LAYOUTS[row.layout][0]
     # the loss lives on the last pipeline stage: ranks 2 and 3 of pp=2 × tp=2 (and of pp=2 × cp=2), 0 and 1
     # under a V-shaped schedule
