@@ -32,10 +32,17 @@ def busy_fraction(samples: list[tuple[float, float]], start: float, end: float) 
     return sum(inside) / len(inside) / 100, len(inside)
 
 
-def gpu_index() -> int:
-    """The physical GPU (NVML's index) a run on device 0 uses: the first of ``CUDA_VISIBLE_DEVICES``, else 0."""
-    first = os.environ.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0].strip()
-    return int(first) if first.isdigit() else 0
+def visible_gpu(environ: dict[str, str] | None = None) -> int | str | None:
+    """The physical GPU a run on device 0 uses, as NVML finds it: the first entry of
+    ``CUDA_VISIBLE_DEVICES`` (an index, or a ``GPU-…`` UUID), GPU 0 where the variable is unset, and
+    None where it hides every GPU (empty, or a negative index: CUDA sees no device from there on)."""
+    environ = os.environ if environ is None else environ
+    if "CUDA_VISIBLE_DEVICES" not in environ:
+        return 0
+    first = environ["CUDA_VISIBLE_DEVICES"].split(",")[0].strip()
+    if first.isdigit():
+        return int(first)
+    return first if first.startswith(("GPU-", "MIG-")) else None
 
 
 class BusySampler:
@@ -50,13 +57,22 @@ class BusySampler:
         self._thread: threading.Thread | None = None
 
     def __enter__(self) -> BusySampler:
+        gpu = visible_gpu()
+        if gpu is None:  # the run sees no GPU: sampling one it cannot use would measure another run
+            self.error = f"NVML: CUDA_VISIBLE_DEVICES={os.environ['CUDA_VISIBLE_DEVICES']!r} hides every GPU"
+            return self
         try:
             nvml = ctypes.CDLL("libnvidia-ml.so.1")
             if nvml.nvmlInit_v2() != 0:
                 raise OSError("nvmlInit failed")
             handle = ctypes.c_void_p()
-            if nvml.nvmlDeviceGetHandleByIndex_v2(gpu_index(), ctypes.byref(handle)) != 0:
-                raise OSError(f"no GPU {gpu_index()}")
+            found = (
+                nvml.nvmlDeviceGetHandleByIndex_v2(gpu, ctypes.byref(handle))
+                if isinstance(gpu, int)
+                else nvml.nvmlDeviceGetHandleByUUID(gpu.encode(), ctypes.byref(handle))
+            )
+            if found != 0:
+                raise OSError(f"no GPU {gpu}")
         except (OSError, AttributeError) as e:
             self.error = f"NVML: {e}"
             return self

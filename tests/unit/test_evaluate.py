@@ -49,13 +49,45 @@ def test_windows_are_torchtitans_validation_windows(tokenizer, tmp_path):
     assert len(ours) > 3 and ours == theirs_windows
 
 
-def test_score_is_cross_entropy_and_bytes_are_the_texts(tokenizer):
+def _byte_of_symbol() -> dict[str, int]:
+    """Byte-level BPE's alphabet (GPT-2's ``bytes_to_unicode``), inverted: a token's symbol -> its byte.
+    Printable bytes stand for themselves; the rest are shifted past U+0100 in order."""
+    printable = [
+        *range(ord("!"), ord("~") + 1),
+        *range(ord("¡"), ord("¬") + 1),
+        *range(ord("®"), ord("ÿ") + 1),
+    ]
+    shifted = [b for b in range(256) if b not in printable]
+    return {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(shifted)}
+
+
+def _token_bytes(tokenizer, ids: list[int]) -> bytes:
+    """The bytes ``ids`` stand for, special tokens none: exact where a window cuts a character in two,
+    which ``decode`` would turn into U+FFFD (3 bytes for the 1 or 2 it holds)."""
+    symbol = _byte_of_symbol()
+    special = {tokenizer.bos_id, tokenizer.eos_id}
+    return b"".join(
+        bytes(symbol[c] for c in tokenizer.tokenizer.id_to_token(i)) for i in ids if i not in special
+    )
+
+
+def _label_bytes(tokenizer, windows: list[list[int]]) -> int:
+    return sum(len(_token_bytes(tokenizer, w[1:])) for w in windows)
+
+
+def test_the_byte_alphabet_spells_each_document(tokenizer):
+    for doc, ids in zip(DOCS, _documents(tokenizer), strict=True):
+        assert _token_bytes(tokenizer, ids) == doc.encode("utf-8")
+
+
+@pytest.mark.parametrize("seq_len", [16, 32])
+def test_score_is_cross_entropy_and_bytes_are_the_texts(tokenizer, seq_len):
     torch.manual_seed(0)
     model = Transformer(ModelArgs.from_flavor("debug", vocab_size=tokenizer.vocab_size, n_layers=2)).eval()
     lengths = token_byte_lengths(tokenizer)
     one_doc = tokenizer.encode(DOCS[1])
     assert int(lengths[torch.tensor(one_doc)].sum()) == len(DOCS[1].encode("utf-8"))  # BOS counts no byte
-    windows = list(packed_windows(_documents(tokenizer), 32))
+    windows = list(packed_windows(_documents(tokenizer), seq_len))
     got = score(model, windows, lengths, batch_size=3, progress=False)
     ids = torch.tensor(windows)
     with torch.no_grad():
@@ -64,8 +96,7 @@ def test_score_is_cross_entropy_and_bytes_are_the_texts(tokenizer):
     assert math.isclose(got.loss, loss, rel_tol=1e-6) and math.isclose(
         got.perplexity, math.exp(loss), rel_tol=1e-6
     )
-    labels_text = tokenizer.decode(ids[:, 1:].flatten().tolist())
-    assert got.bytes == len(labels_text.encode("utf-8"))
+    assert got.bytes == _label_bytes(tokenizer, windows)
     assert math.isclose(got.bits_per_byte, got.loss * got.tokens / math.log(2) / got.bytes, rel_tol=1e-12)
     # Batching changes nothing beyond float rounding; a token budget stops at whole windows.
     assert math.isclose(

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from bench import train_log
-from bench.gpu_busy import BusySampler, busy_fraction
+from bench.gpu_busy import BusySampler, busy_fraction, visible_gpu
 from bench.gpu_report import LEAST_S, main, measure, run_rows, train_values
 from bench.gpu_report_markdown import render
 from bench.gpu_rows import ROWS, KernelRow, Result, TrainRow
@@ -164,9 +164,20 @@ def test_busy_fraction_over_the_window():
 
 
 def test_without_a_gpu_the_sampler_says_why():
+    """The suite hides the GPU (``tests/conftest.py``): on a GPU machine too, the sampler reads none."""
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == ""
     with BusySampler() as sampler:
         pass
-    assert sampler.samples == [] and sampler.error.startswith("NVML: ")
+    assert sampler.samples == [] and sampler.error == "NVML: CUDA_VISIBLE_DEVICES='' hides every GPU"
+
+
+def test_the_sampled_gpu_is_the_one_cuda_visible_devices_gives_device_0():
+    assert visible_gpu({}) == 0
+    assert visible_gpu({"CUDA_VISIBLE_DEVICES": "3,1"}) == 3
+    assert visible_gpu({"CUDA_VISIBLE_DEVICES": "GPU-85066f12-9d7e"}) == "GPU-85066f12-9d7e"
+    # hidden: sampling GPU 0 would measure a GPU the run does not use (the 2026-11-28 GPU suite did)
+    assert visible_gpu({"CUDA_VISIBLE_DEVICES": ""}) is None
+    assert visible_gpu({"CUDA_VISIBLE_DEVICES": "-1"}) is None
 
 
 def test_a_rows_figures_and_busy_window_from_a_real_log():
@@ -301,7 +312,7 @@ def test_rows_past_the_budget_are_not_run():
 @pytest.mark.slow
 def test_rows_run_fail_and_time_out_into_the_report(tmp_path):
     """The report's runner on real rows at CPU size: one that runs (its figures parsed, no NVML
-    here so no busy figure), one refused, one past its timeout, one kernel split (its log kept, and
+    (the suite hides the GPU) so no busy figure), one refused, one past its timeout, one kernel split (its log kept, and
     beside it the JSON of every kernel's time); none raises, and the markdown shows each."""
     tiny = ("--training.seq_len", "64", "--training.local_batch_size", "2", "--compile.no-enable")
     ran = measure(TrainRow("trainer", "debug", "debug", 1, tiny, 3, 2, 300), 300)
