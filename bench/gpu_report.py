@@ -14,7 +14,7 @@ Rows (``bench.gpu_rows.ROWS``, run in that order, each in its own process):
   and megatron with ``fsdp_reshard_after_forward`` "default" (the TOMLs': "never"),
   7B@16 btp at the planner's micro-batch 20, 13B@8 and 30B@16 (pipeline) for btp, each as rank 0 (the
   first stage) and as the last stage's rank (``DRY_RUN_RANK``: the head and the loss), 10 steps, steps 3–10
-  steady (4–10 under ``boost.cudagraphs``, whose steps 2–3 record the graphs; a row that fails after
+  steady (4–10 under ``boost.cudagraphs``, whose step 3 records the graphs; a row that fails after
   logging steady steps keeps their figures, marked failed);
 - kernel split: ``bench.kernel_split`` for the 1B CoLA, LaX in both gate forms (beside CoLA, after the LaX
   rows) and dense step

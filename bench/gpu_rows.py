@@ -128,7 +128,8 @@ def dry(
     last_stage: bool = False,
 ) -> TrainRow:
     """``config`` dry-run as rank 0 of ``ngpu`` under ``scheme``, the steps after the first two
-    (compilation, warm-up; with ``boost.cudagraphs`` the first three: the graphs warm up and record)
+    (compilation, the communication counter's eager step; with ``boost.cudagraphs`` the first three: the
+    third records the graphs)
     steady; ``extra`` more overrides, named by ``label`` in the row's name (a switch measured both
     ways: ``dry("7B", 16, "btp", 150, extra=(...), label="switch on")``);
     ``last_stage``: as the rank holding the pipeline's last stage (the head, the loss) instead."""
@@ -137,8 +138,8 @@ def dry(
         f"{config}@{ngpu} {scheme}" + (f" {label}" if label else "") + (" last stage" if last_stage else "")
     )
     rank = loss_rank(config, ngpu) if last_stage else 0
-    # CUDA graphs are recorded over steps 2 and 3 (the 2026-11-28 H200: 1,601 and 1,621 tokens/s, then
-    # 16,298): steady from step 4, or the median and the busy fraction mix recording with replay
+    # step 2 runs eagerly (the comm/step counter's), step 3 records the CUDA graphs (the 2026-11-28 H200:
+    # 1,601 and 1,621 tokens/s, then 16,298): steady from step 4, or the figures mix recording with replay
     steady_from = 4 if CUDAGRAPHS in extra else 3
     return TrainRow("rank dry run", name, config, ngpu, args, steps, steady_from, timeout_s, True, rank)
 

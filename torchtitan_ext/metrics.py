@@ -8,8 +8,9 @@ a dispatch mode that sees every op, so it watches only the steps whose numbers a
 - compiled: one step, the second this process runs, eagerly (``torch.compiler.set_stance
   ("force_eager")``: a dispatch mode cannot be traced with ``fullgraph=True``), and its numbers are
   reported from then on. BTP's collectives are functional collectives, the same compiled or eager, and
-  they repeat step to step. The first step is left to compile, before torchtitan lowers the process
-  groups' timeouts after step 1.
+  they repeat step to step; SimpleFSDP's, one per weight eager, are merged by inductor into one
+  all-gather and one reduce-scatter a block (the same bytes), which the line says. The first step
+  is left to compile, before torchtitan lowers the process groups' timeouts after step 1.
 
 The counter also holds every counted collective to NCCL's rules (``boost.runtime.comm_counter.NcclRuleError``)
 against the parameters' device, on any backend, and counts the step's host syncs.
@@ -45,6 +46,9 @@ class BoostMetricsProcessor(MetricsProcessor):
             super().__init__(job_config, parallel_dims, tag)
         self._counter: CommCounter | None = None
         self._compiled = job_config.compile.enable
+        self._how_counted = _how_counted(
+            job_config.compile.enable, job_config.boost.fsdp == "simple_fsdp" and parallel_dims.fsdp_enabled
+        )
         self._enabled = job_config.boost.log_comm
         self._checkpoint = job_config.checkpoint
         self._last_step = job_config.training.steps
@@ -137,9 +141,19 @@ class BoostMetricsProcessor(MetricsProcessor):
             logger.info(
                 f"comm/step: {self.last_comm['summary']}, host syncs {self.last_comm['host_syncs']} "
                 f"(rank {dist.get_rank() if dist.is_initialized() else 0}, one step from its first forward to "
-                "the optimizer step)"
+                f"the optimizer step{self._how_counted})"
             )
         refuse_non_finite(step, grad_norm, dry_run=self._dry_run)
+
+
+def _how_counted(compiled: bool, simple_fsdp: bool) -> str:
+    """What the ``comm/step`` line adds where the counted step is not the steps it stands for."""
+    if not compiled:
+        return ""
+    note = ", the second, run eagerly: the compiled steps issue the same bytes"
+    if simple_fsdp:  # torchtitan_ext.torch_private.merge_fsdp_collectives_in_compiled_graphs
+        note += ", SimpleFSDP's all-gathers and reduce-scatters merged into one of each a block"
+    return note
 
 
 def build_boost_metrics_processor(job_config, parallel_dims, model_args=None, tag: str | None = None):

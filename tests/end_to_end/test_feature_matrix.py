@@ -146,6 +146,8 @@ def test_supported_row_matches_its_reference(row: Row, reference_losses, documen
         # the first step compiles (before torchtitan lowers the timeouts); the counter watches the second
         if "comm/step" in log:
             assert log.index("comm/step") > re.search(r"step:\s+2\s", log).start(), log[-3000:]
+            assert "the second, run eagerly" in log
+            assert ("merged into one of each a block" in log) == (row.fsdp == "simple_fsdp"), log[-3000:]
     if row.ac == "lowrank":
         assert "Applied low-rank activation checkpointing" in log
     if row.layout.startswith("fsdp×"):

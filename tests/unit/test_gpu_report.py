@@ -13,7 +13,7 @@ preflight refusal; ``crash_no_module_ngpu1.log`` a rank that cannot start (``TRA
 ``h100_7B_16_btp.log`` and ``h100_7B_16_megatron_nan_step8.log`` are two rows of the H100 report
 (bench/results/gpu.md, ``--keep-logs``): the second stopped at step 8 of 10 on a NaN gradient.
 ``h200_7B_16_btp_simple_fsdp_cudagraphs.log`` is the H200 report's row (2026-11-28) that recorded its CUDA
-graphs over steps 2 and 3.
+graphs on step 3 (step 2 runs eagerly: the comm/step counter's).
 """
 
 from __future__ import annotations
@@ -224,8 +224,9 @@ def test_a_failed_row_keeps_the_steady_steps_it_logged_marked_as_failed():
 
 
 def test_a_cuda_graph_rows_steady_steps_are_its_replays():
-    """The H200's SimpleFSDP + CUDA graphs row recorded its graphs over steps 2 and 3 (1,601 and 1,621
-    tokens/s): its figure is the median of steps 4–10 (16,273), not of 3–10 (15,514, the report's)."""
+    """The H200's SimpleFSDP + CUDA graphs row ran step 2 eagerly and recorded its graphs on step 3
+    (1,601 and 1,621 tokens/s): its figure is the median of steps 4–10 (16,273), not of 3–10 (15,514,
+    the report's)."""
     row = {r.name: r for r in ROWS}["7B@16 btp simple_fsdp cudagraphs"]
     log = (DATA / "logs" / "h200_7B_16_btp_simple_fsdp_cudagraphs.log").read_text()
     assert [s.tps for s in train_log.steps(log)][1:4] == [1601, 1621, 16298]
