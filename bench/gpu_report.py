@@ -124,7 +124,8 @@ def measure(
 ) -> Result:
     """Run one row (``env`` added to its environment); a failure or a timeout is a Result with the log's
     last error line, never an exception. ``keep_log``: where the row's whole output is copied (a kernel
-    row's result too, every kernel's time, beside it as ``.json``)."""
+    row's result too, every kernel's time, beside it as ``.json``; a run_train.sh row's NVML samples,
+    ``(time.time(), percent)``, as ``.busy.json``)."""
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="gpu_report_") as tmp:
         log_path, result_path = Path(tmp) / "log.txt", Path(tmp) / "result.json"
@@ -143,6 +144,9 @@ def measure(
             keep_log.write_text(log)
             if result_path.exists():
                 keep_log.with_suffix(".json").write_text(result_path.read_text())
+            if isinstance(row, TrainRow):  # to read the busy fraction over other steps later (busy_fraction)
+                busy = {"samples": sampler.samples, "error": sampler.error}
+                keep_log.with_suffix(".busy.json").write_text(json.dumps(busy))
         if code is None:
             return Result(
                 row, "timed out", seconds, f"after {timeout_s:.0f} s; {train_log.last_error_line(log)}"

@@ -5,7 +5,7 @@
 # them: bench/results/gpu.md, "How these reports were run"):
 #
 #   bash bench/gpu_session.sh report --checkout SHA --budget-s 470 [--rows ...]   # ~8 min
-#       -> $OUT/gpu.md (bench.gpu_report's), $OUT/report.log, $OUT/logs.tgz (each row's log, kernel JSON)
+#       -> $OUT/gpu.md (bench.gpu_report's), $OUT/report.log, $OUT/logs.tgz (each row's log, NVML samples, kernel JSON)
 #   bash bench/gpu_session.sh suite [pytest options]                             # ~4-5 min on 16 cores
 #       -> $OUT/suite.log (ends with the tree check), $OUT/tree.txt (what changed, where something did)
 #

@@ -325,15 +325,20 @@ def test_rows_past_the_budget_are_not_run():
 
 @pytest.mark.slow
 def test_rows_run_fail_and_time_out_into_the_report(tmp_path):
-    """The report's runner on real rows at CPU size: one that runs (its figures parsed, no NVML
-    (the suite hides the GPU) so no busy figure), one refused, one past its timeout, one kernel split (its log kept, and
-    beside it the JSON of every kernel's time); none raises, and the markdown shows each."""
+    """The report's runner on real rows at CPU size: one that runs (its figures parsed, no busy figure
+    since the suite hides the GPU, its log and its sampler's record kept), one refused, one past its
+    timeout, one kernel split (its log kept, and beside it the JSON of every kernel's time); none
+    raises, and the markdown shows each."""
     tiny = ("--training.seq_len", "64", "--training.local_batch_size", "2", "--compile.no-enable")
-    ran = measure(TrainRow("trainer", "debug", "debug", 1, tiny, 3, 2, 300), 300)
+    kept_log = tmp_path / "trainer_debug.log"
+    ran = measure(TrainRow("trainer", "debug", "debug", 1, tiny, 3, 2, 300), 300, keep_log=kept_log)
     assert ran.status == "ok", ran.error
     assert ran.values["layout"] == "tp1 pp1 fsdp1 cp1" and ran.values["steps"] == "3 (steady 2–3)"
     assert ran.values["step_s"] > 0 and ran.values["startup"].startswith("imports")
     assert ran.values["busy"] is None and ran.values["busy_note"].startswith("NVML: ")
+    assert train_log.steps(kept_log.read_text())[-1].step == 3
+    busy = json.loads((tmp_path / "trainer_debug.busy.json").read_text())
+    assert busy == {"samples": [], "error": ran.values["busy_note"]}
     refused = measure(
         TrainRow(
             "rank dry run",
