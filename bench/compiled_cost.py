@@ -37,6 +37,7 @@ from pathlib import Path
 
 from bench import gpu_rows
 from bench.gpu_rows import ROOT, TrainRow
+from torchtitan_ext.config import DRY_RUN_COMM_MODE
 
 BANDWIDTH = 3.35e12  # bytes/s, H100 SXM HBM3
 PEAK = 989e12  # FLOP/s, H100 SXM dense bf16
@@ -151,7 +152,7 @@ def run_row(row: TrainRow, seq_len: int, timeout_s: int) -> dict:
         # what run_train.sh adds with DRY_RUN=1, in the child that records: the config, the fake group
         argv = [
             *(sys.executable, "-m", "bench.compiled_cost", "--record", str(out)),
-            *("--job.config_file", row_env["CONFIG_FILE"], "--comm.mode", "fake_backend"),
+            *("--job.config_file", row_env["CONFIG_FILE"], "--comm.mode", DRY_RUN_COMM_MODE),
             *run_train[1:],
             *("--training.seq_len", str(seq_len), "--training.local_batch_size", "1"),
         ]

@@ -14,6 +14,10 @@ from typing import Literal
 from boost.training.options import BoostOptions
 from boost.training.rules import linear_kind, lowrank_ac_applies
 
+DRY_RUN_COMM_MODE = "fake_backend"
+"""The ``comm.mode`` of a dry run (``DRY_RUN=1``): one process playing one rank of ``NGPU`` on torchtitan's
+fake process group. torchtitan's other simulated mode, ``local_tensor``, is refused (``job_rules``)."""
+
 
 @dataclass
 class TrainingData:

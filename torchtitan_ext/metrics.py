@@ -31,6 +31,7 @@ from torchtitan.tools.logging import logger
 
 from boost.runtime.comm_counter import CommCounter
 from boost.training.rules import pipeline_loss_rank
+from torchtitan_ext.config import DRY_RUN_COMM_MODE
 from torchtitan_ext.guards.nonfinite_guard import refuse_non_finite
 from torchtitan_ext.torchtitan_private import metrics_logged_on
 
@@ -52,7 +53,7 @@ class BoostMetricsProcessor(MetricsProcessor):
         self._enabled = job_config.boost.log_comm
         self._checkpoint = job_config.checkpoint
         self._last_step = job_config.training.steps
-        self._dry_run = job_config.comm.mode == "fake_backend"
+        self._dry_run = job_config.comm.mode == DRY_RUN_COMM_MODE
         self._steps_run = 0
         self._count_this_step = False
         self.last_comm: dict[str, Any] | None = None

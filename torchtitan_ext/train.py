@@ -24,6 +24,7 @@ from torchtitan.train import Trainer, main
 from boost.runtime.process_exit import exit_finished_process
 from boost.training.parallel.grad_norm import clip_grads_with_norm_, local_grad_norm_applies, total_grad_norm
 from boost.training.rules import MODEL_NAME, pipeline_loss_rank
+from torchtitan_ext.config import DRY_RUN_COMM_MODE
 from torchtitan_ext.dry_run import dry_run_line, dry_run_vocab_shard, fold_tokens
 from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, prepare_resume
 from torchtitan_ext.guards.checkpoint_identity import model_identity
@@ -61,7 +62,7 @@ class BoostTrainer(Trainer):
             end_with_launcher()
         try:
             check_config(job_config, world_size_from_env(job_config))
-            dry_run = job_config.comm.mode == "fake_backend"
+            dry_run = job_config.comm.mode == DRY_RUN_COMM_MODE
             played = dry_run_rank(os.environ.get("DRY_RUN_RANK"), world_size_from_env(job_config), dry_run)
             # before anything is built: a signal during start-up is a stop request too
             self.stop = GracefulStop(job_config.boost.stop_grace_s, job_config.boost.stop_check_every)

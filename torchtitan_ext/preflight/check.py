@@ -30,6 +30,7 @@ from types import SimpleNamespace
 
 from boost.training import rules
 from boost.training.config_error import ConfigError, refuse
+from torchtitan_ext.config import DRY_RUN_COMM_MODE
 from torchtitan_ext.preflight.config_types import check_instance
 from torchtitan_ext.preflight.job_rules import JobContext, broken_rule
 from torchtitan_ext.preflight.job_warnings import JobWarning, job_warnings
@@ -55,16 +56,11 @@ _PACKAGE = Path(__file__).resolve().parents[1]  # torchtitan_ext: the warnings B
 PREFLIGHT_MARK_ENV = "BOOST_PREFLIGHT_PASSED"
 
 
-# torchtitan's dry-run modes: one process, rank 0 of NGPU on a fake process group (init_distributed;
-# under fake_backend BOOST's dry run plays DRY_RUN_RANK instead, dry_run_rank).
-FAKE_COMM_MODES = ("fake_backend", "local_tensor")
-
-
 def world_size_from_env(job=None) -> int:
     """``WORLD_SIZE`` (torchrun sets it in each rank), or ``NGPU`` itself where ``job`` is a dry run
     (``--comm.mode fake_backend``: torchtitan's world size then, with no torchrun to set ``WORLD_SIZE``);
     refused unless it is a whole number."""
-    dry = job is not None and getattr(getattr(job, "comm", None), "mode", None) in FAKE_COMM_MODES
+    dry = job is not None and getattr(getattr(job, "comm", None), "mode", None) == DRY_RUN_COMM_MODE
     return process_count(os.environ.get("NGPU", "1") if dry else os.environ.get("WORLD_SIZE", "1"))
 
 
@@ -97,9 +93,9 @@ def dry_run_mode(comm_mode: str, dry_run: bool) -> None:
     """``comm.mode`` as the launcher's ``DRY_RUN`` has it: ``fake_backend`` is what ``DRY_RUN=1`` passes (one
     process playing a rank); given without it, each of the NGPU processes torchrun starts would play rank 0
     of the same run folder, and with ``DRY_RUN=1`` another mode would start no fake process group."""
-    if dry_run and comm_mode != "fake_backend":
+    if dry_run and comm_mode != DRY_RUN_COMM_MODE:
         refuse("comm.mode", comm_mode, "DRY_RUN=1 runs on the fake process group: drop --comm.mode")
-    if not dry_run and comm_mode == "fake_backend":
+    if not dry_run and comm_mode == DRY_RUN_COMM_MODE:
         refuse("comm.mode", comm_mode, "a dry run is one process playing a rank: set DRY_RUN=1 instead")
 
 

@@ -34,6 +34,7 @@ from boost.training.rules import (
     NORM_MODES,
     TP_SCHEMES,
 )
+from torchtitan_ext.config import DRY_RUN_COMM_MODE
 
 # torchtitan.components.optimizer.build_optimizers knows Adam and AdamW (NotImplementedError otherwise);
 # torchtitan_ext.optimizer.build_boost_optimizers adds LORO.
@@ -802,7 +803,7 @@ RULES: tuple[Rule, ...] = (
     # shard offsets as whole numbers, which it makes per-rank symbols (it stops there with an AttributeError)
     one_of(
         "comm.mode",
-        ("default", "fake_backend"),
+        ("default", DRY_RUN_COMM_MODE),
         "fake_backend is DRY_RUN=1's; local_tensor does not run BOOST",
     ),
     Rule(
@@ -811,7 +812,7 @@ RULES: tuple[Rule, ...] = (
         lambda c: (
             "a dry run plays one rank of NGPU, and a checkpoint holds every rank's shards: its save at the last "
             "step cannot be planned across the fake process group; pass --checkpoint.no-enable"
-            if c.job.comm.mode == "fake_backend" and c.job.checkpoint.enable
+            if c.job.comm.mode == DRY_RUN_COMM_MODE and c.job.checkpoint.enable
             else None
         ),
     ),
