@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # A lent GPU's work in two prepared calls of the device tool (issue 41): the report first, then the whole
 # suite on the GPU machine, checked to leave the tree as it was. Run from the checkout's root on the GPU
-# machine, with the wheels of what its image lacks in .whl (carry .whl; which wheels and how to fetch
-# them: bench/results/gpu.md, "How these reports were run"):
+# machine, with the wheels of what its image lacks in .whl (git-ignored: pass carry [".whl"]), fetched
+# here first (a GPU image with torch 2.11, triton and CUDA but without torchtitan, torchdata, tyro or
+# datasets, Python 3.12, no network; bench/results/gpu.md, "How these reports were run"):
 #
+#   PYTHON=.venv/bin/python bash bench/gpu_session.sh wheels                     # here, before the lease
+#       -> .whl/ (torchtitan and what it needs beyond the image, no dependencies; PYVER=3.12)
 #   bash bench/gpu_session.sh report --checkout SHA --budget-s 470 [--rows ...]   # ~8 min
 #       -> $OUT/gpu.md (bench.gpu_report's), $OUT/report.log, $OUT/logs.tgz (each row's log, NVML samples, kernel JSON)
 #   bash bench/gpu_session.sh suite [pytest options]                             # 4.5 min on 16 cores
@@ -18,13 +21,19 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-/tmp/gpu_session}
 python=${PYTHON:-python3}
-mkdir -p "$out"
 part=${1:-}
 shift || true
+if [[ "$part" == wheels ]]; then
+  # the versions this checkout is tested with (pyproject.toml's pins and what they resolved to here)
+  exec "$python" -m pip download -q --no-deps --only-binary=:all: --python-version "${PYVER:-3.12}" \
+    --platform manylinux_2_28_x86_64 --platform any -d .whl torchtitan==0.2.2 torchdata==0.11.0 tyro==1.0.17 \
+    datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 docstring_parser==0.18.0 typeguard==4.6.1
+fi
 if [[ "$part" != report && "$part" != suite ]]; then
-  echo "usage: bash bench/gpu_session.sh report [bench.gpu_report options] | suite [pytest options]" >&2
+  echo "usage: bash bench/gpu_session.sh wheels | report [bench.gpu_report options] | suite [pytest options]" >&2
   exit 2
 fi
+mkdir -p "$out"
 if compgen -G ".whl/*.whl" >/dev/null; then
   "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     .whl/*.whl || exit 1
