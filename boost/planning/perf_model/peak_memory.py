@@ -32,7 +32,8 @@ a_layer             ``2·T·(Σ GEMM inputs + 4·heads_local·head_dim + 4·d_re
 LaX                 the carried latents ``2·T·7r`` in ``a_keep`` under every AC (held from the block that
                     makes them to the backward of the next); the H100's 7B@16 LaX rank reserved 23.39 GiB
                     at micro-batch 4 (2026-11-27) against the model's 25.6 (+9%; CoLA's 16.19 against
-                    17.4, +7%)
+                    17.4, +7%). Without AC every layer also keeps its crossings' own tensors,
+                    ``LAX_CROSSING_KEPT_BYTES·T·7r`` (below: fitted on the H200's 1B LaX peak)
 sequence parallel   ``boost.sequence_parallel``: btp's latent on a rank's ``T/tp`` tokens, so LaX's carry is
                     ``2·(T/tp)·7r``, and the compiled or replayed low-rank AC keeps each bottleneck's
                     reduce-scattered rows beside its gathered latent (``+2·(T/tp)·7r``); megatron's residual
@@ -86,6 +87,16 @@ from boost.training.rules import AC_MODES, KINDS, SCHEMES, context_parallel_path
 
 GIB = 2**30
 WORKSPACE_BYTES = GIB
+# Bytes a latent element (a token's r-wide latent of one projection) that a LaX crossing keeps for its
+# backward beyond CoLA's σ, in every layer where nothing is recomputed (AC none): the norm's input and
+# statistics, its float32 output under autocast, the gate's intermediate. Fitted, not derived: on one H200
+# (2026-11-28, bench/results/gpu.md) the 1B trainer's LaX peaked 14.46 GiB above its CoLA at micro-batch 4,
+# AC none, where the carried latents account for 3.38 (the model then 11.7% under the LaX peak); 7 bytes
+# put it 4.9% over, as the model is over the CoLA peak (7.0%). Of those 7 bytes, the CPU's compiled 1B
+# block saves 3.4 for backward (saved-tensor hooks, LayerNorm in float32 as CUDA's autocast computes it);
+# the rest is what a GPU step holds beyond the saved tensors, not separated. Under AC, the crossing is
+# recomputed with its layer: the calibration covers it (the 7B@16 LaX rank, low-rank AC: +9%).
+LAX_CROSSING_KEPT_BYTES = 7
 # The share of a GPU's memory a planned peak leaves free: the peak is what a step's first steps reserve,
 # and a long run reserves more (the caching allocator's fragmentation grows with the shapes it has served;
 # validation's forward at its own batch; a checkpoint's staging); inductor's autotuning takes workspace at
@@ -196,6 +207,8 @@ def memory_per_gpu(
         "lowrank": dtype_bytes * (T_res * d_res + (T + kept_rows) * 7 * args.rank),
     }[ac]
     a_keep += carried  # once a layer, in what every layer keeps (the live layer's is among them)
+    if KINDS[args.linear].latent_crossing and ac == "none":
+        a_keep += LAX_CROSSING_KEPT_BYTES * rows * 7 * args.rank
     if compiled and ac != "none":
         a_keep += dtype_bytes * T * heads * args.head_dim + 4 * T * heads  # attention output and log-sum-exp
     if cp > 1 or attn_mask_type == "block_causal":
