@@ -238,7 +238,7 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--flavor", help="rank every layout of this flavor")
     what.add_argument("--config", help="a training TOML: the largest micro-batch its layout fits")
     parser.add_argument("--gpus", type=_positive_int, required=True)
-    parser.add_argument("--hardware", default="a100", help="a100 | h100 (its memory is the default)")
+    parser.add_argument("--hardware", default="a100", help="a100 | h100 | h200 (its memory is the default)")
     memory = parser.add_mutually_exclusive_group()
     memory.add_argument("--memory-gib", type=_positive_gib, default=None, help="per-GPU memory in GiB")
     memory.add_argument("--memory-gb", type=_positive_gib, default=None, help="per-GPU memory in GB (10^9 B)")

@@ -1,7 +1,8 @@
 """The machines the step-time model knows: vendor peaks, and efficiencies fitted or measured once.
 
 ``A100`` is fitted to the reference paper's table (``boost.planning.perf_model.fit``), ``CPU_GLOO`` measured on
-this machine (``boost.planning.perf_model.cpu_calibration``); ``H100`` carries the A100 fit over to its peaks.
+this machine (``boost.planning.perf_model.cpu_calibration``); ``H100`` and ``H200`` carry the A100 fit over to
+their peaks.
 
 Example::
 
@@ -73,6 +74,9 @@ H100 = dataclasses.replace(
     inter_bw=50e9,
     peak_flops_fp64=67e12,
 )
+# H200 SXM: the H100's compute and NVLink, HBM3e at 4.8 TB/s, and the memory torch sees on one (the 2026-11-28
+# lease: "about 139 GiB"), against which the one-GPU 1B rows of bench/results/gpu.md are checked.
+H200 = dataclasses.replace(H100, name="h200", mem_bw=4.8e12, memory_bytes=139 * 2**30)
 # This 2-core CPU + gloo loopback, measured by calibrate_cpu() on 2026-11-22: fp32 1024² matmul
 # 23.2 GFLOP/s, 32 MiB clone 1.26 GB/s (read + write), gloo all-reduce between 2 processes 101 µs
 # for one element and 1.04 GB/s bus bandwidth at 32 MiB. Efficiencies are folded into the measured
@@ -97,7 +101,7 @@ CPU_GLOO = Hardware(
     peak_flops_fp64=23.2e9 * 0.54,
     eta_svd=2.0,
 )
-HARDWARE: dict[str, Hardware] = {"a100": A100, "h100": H100, "cpu_gloo": CPU_GLOO}
+HARDWARE: dict[str, Hardware] = {"a100": A100, "h100": H100, "h200": H200, "cpu_gloo": CPU_GLOO}
 
 
 def get_hardware(hardware: str | Hardware) -> Hardware:
