@@ -165,11 +165,18 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # step's extra 81 ms (the kernel split below)
     TrainRow("trainer", "1B LaX kron", "1B", 1, LAX_KRON, 12, 6, 180),
     dry("7B", 16, "btp", 150, extra=LAX_KRON, label="lax kron"),
+    # where the kron form's time goes: the 1B step split by kernel kind (the factored form's on the
+    # 2026-11-28 H200: 51 of 270 ms in the gate's two small GEMMs)
+    KernelRow("1B LaX kron", ("--linear", "lax", "--lax-gate-form", "kron"), 150),
+    # the host's work taken off by SimpleFSDP + CUDA graphs: on the 2026-11-28 H200 the CoLA rank's replayed
+    # steps ran 16,273 tokens/s against FSDP2's 12,350 (1.83× megatron as shipped); LaX and megatron the same way
+    dry("7B", 16, "btp", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
+    dry("7B", 16, "btp", 150, extra=(*LAX, *SIMPLE_FSDP, CUDAGRAPHS), label="lax simple_fsdp cudagraphs"),
+    dry("7B", 16, "megatron", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
     # where a LaX step's extra time goes (GEMM, fused elementwise, ...): the 1B step split by kernel kind,
-    # LaX beside CoLA on the same warm machine, each form of the gate
+    # LaX beside CoLA on the same warm machine
     KernelRow("1B CoLA", ("--linear", "cola"), 150),
     KernelRow("1B LaX", ("--linear", "lax"), 150),
-    KernelRow("1B LaX kron", ("--linear", "lax", "--lax-gate-form", "kron"), 150),
     # the 1B TOML's activation checkpointing before 2026-11-28 ("full"; now "none", which the planner ranks
     # first and the CoLA kernel split above runs): what the change bought, and dense at its other setting
     TrainRow("trainer", "1B CoLA full AC", "1B", 1, FULL_AC, 12, 6, 180),
@@ -177,9 +184,9 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # the crossing on a rank's tokens (bench.compiled_cost: 1.17× CoLA's block, against 1.85×; the
     # 2026-11-27 H100: 0.92× the LaX rank's tokens/s, the rank host-bound)
     dry("7B", 16, "btp", 150, extra=(*LAX, SEQUENCE_PARALLEL), label="lax sp"),
-    # the same pair with the host's work taken off by CUDA graphs (SimpleFSDP's): on the 2026-11-27 H100 SP took
-    # device time off the LaX rank (2.02× → 1.66× a CoLA step's, tokens/s × busy) that the host did not let show
-    dry("7B", 16, "btp", 150, extra=(*LAX, *SIMPLE_FSDP, CUDAGRAPHS), label="lax simple_fsdp cudagraphs"),
+    # the pair with the host's work taken off by CUDA graphs (SimpleFSDP's; LaX alone above): on the 2026-11-27
+    # H100 SP took device time off the LaX rank (2.02× → 1.66× a CoLA step's, tokens/s × busy) that the host
+    # did not let show
     dry(
         "7B",
         16,
@@ -192,11 +199,9 @@ ROWS: tuple[TrainRow | KernelRow, ...] = (
     # measured on the 2026-11-27 leases, after the LaX rows since)
     dry("7B", 16, "btp", 150, extra=SIMPLE_FSDP, label="simple_fsdp"),
     dry("7B", 16, "megatron", 150, extra=SIMPLE_FSDP, label="simple_fsdp"),
-    # boost.cudagraphs (each compiled block one CUDA-graph launch) on top, and the 1B rows with it
-    dry("7B", 16, "btp", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
-    dry("7B", 16, "megatron", 150, extra=(*SIMPLE_FSDP, CUDAGRAPHS), label="simple_fsdp cudagraphs"),
-    # with full AC, as first measured: under the graphs the 1B TOML's AC none is modeled at 91.5 GiB (CoLA),
-    # the graphs' pool holding every kept activation twice (boost.planning.perf_model.peak_memory)
+    # the 1B rows under boost.cudagraphs (the 7B ones above), with full AC as first measured: under the graphs
+    # the 1B TOML's AC none is modeled at 91.5 GiB (CoLA), the graphs' pool holding every kept activation twice
+    # (boost.planning.perf_model.peak_memory)
     TrainRow("trainer", "1B CoLA cudagraphs", "1B", 1, (*FULL_AC, CUDAGRAPHS), 12, 6, 180),
     TrainRow("trainer", "1B dense cudagraphs", "1B", 1, (*DENSE, *FULL_AC, CUDAGRAPHS), 12, 6, 180),
     # the TOMLs' fsdp_reshard_after_forward = "never" measured the other way, for both schemes
