@@ -32,6 +32,12 @@ GOALS = (
     ("7B@16 btp: LaX step / CoLA step", ("7B@16 btp lax", "7B@16 btp"), "cost", 1.05),
     ("trainer: 1B LaX kron step / CoLA step", ("1B LaX kron", "1B CoLA"), "cost", 1.05),
     ("7B@16 btp: LaX kron step / CoLA step", ("7B@16 btp lax kron", "7B@16 btp"), "cost", 1.05),
+    (
+        "7B@16 btp simple_fsdp cudagraphs: LaX step / CoLA step",
+        ("7B@16 btp lax simple_fsdp cudagraphs", "7B@16 btp simple_fsdp cudagraphs"),
+        "cost",
+        1.05,
+    ),
 )
 
 
