@@ -20,7 +20,7 @@ import json
 import re
 import statistics
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 # First match wins. Inductor names a generated kernel after the aten ops fused into it, which may
@@ -141,6 +141,8 @@ def profile_step(
         kernel_us_per_step={k: v / profiled for k, v in split(kernels).items()},
         top=[(name, us / profiled) for name, us in top(kernels, 8)],
         by_name={name: us / profiled for name, us in top(kernels, len(kernels))},
+        # launches a step: a kernel's time per launch, for one whose shapes are known (LaX's thin gate GEMMs)
+        calls_by_name={name: n / profiled for name, n in Counter(name for name, _ in kernels).items()},
     )
 
 

@@ -370,6 +370,9 @@ def test_rows_run_fail_and_time_out_into_the_report(tmp_path):
     assert kernels.status == "ok", kernels.error
     kept = json.loads((tmp_path / "kernel_split_debug.json").read_text())
     assert kept["by_name"] == kernels.values["by_name"] and (tmp_path / "kernel_split_debug.log").exists()
+    # each kernel's launches a step beside its time (one profiled step: whole counts)
+    assert kept["calls_by_name"].keys() == kept["by_name"].keys()
+    assert all(n >= 1 and n == int(n) for n in kept["calls_by_name"].values())
     assert (
         kernels.values["kernel_us_per_step"]["GEMM"] > 0
         and kernels.values["kernel_us_per_step"]["optimizer"] > 0
