@@ -127,11 +127,10 @@ def dry(
     label: str = "",
     last_stage: bool = False,
 ) -> TrainRow:
-    """``config`` dry-run as rank 0 of ``ngpu`` under ``scheme``, the steps after the first two
-    (compilation, the communication counter's eager step; with ``boost.cudagraphs`` the first three: the
-    third records the graphs)
-    steady; ``extra`` more overrides, named by ``label`` in the row's name (a switch measured both
-    ways: ``dry("7B", 16, "btp", 150, extra=(...), label="switch on")``);
+    """``config`` dry-run as rank 0 of ``ngpu`` under ``scheme``, the steps after the first two steady
+    (compilation, the communication counter's eager step; with ``boost.cudagraphs`` after the first three:
+    the third records the graphs); ``extra`` more overrides, named by ``label`` in the row's name (a switch
+    measured both ways: ``dry("7B", 16, "btp", 150, extra=(...), label="switch on")``);
     ``last_stage``: as the rank holding the pipeline's last stage (the head, the loss) instead."""
     args = (*scheme_args(config, scheme), *extra)
     name = (
