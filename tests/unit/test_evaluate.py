@@ -61,13 +61,15 @@ def _byte_of_symbol() -> dict[str, int]:
     return {chr(b): b for b in printable} | {chr(256 + i): b for i, b in enumerate(shifted)}
 
 
+BYTE_OF_SYMBOL = _byte_of_symbol()
+
+
 def _token_bytes(tokenizer, ids: list[int]) -> bytes:
     """The bytes ``ids`` stand for, special tokens none: exact where a window cuts a character in two,
     which ``decode`` would turn into U+FFFD (3 bytes for the 1 or 2 it holds)."""
-    symbol = _byte_of_symbol()
     special = {tokenizer.bos_id, tokenizer.eos_id}
     return b"".join(
-        bytes(symbol[c] for c in tokenizer.tokenizer.id_to_token(i)) for i in ids if i not in special
+        bytes(BYTE_OF_SYMBOL[c] for c in tokenizer.tokenizer.id_to_token(i)) for i in ids if i not in special
     )
 
 
