@@ -60,6 +60,7 @@ def _rank(argv: list[str], env: dict[str, str], log: str, threads: int) -> None:
         os.close(fd)
         faulthandler.enable(all_threads=True)  # as run_train.sh's ranks (torchtitan_ext.launch): into the log
         os.environ.update(env)
+        _reread_import_time_settings(env)
         # the start-up line's clock (one per process, made at the server's import): from this fork,
         # whose kernel start time is now, with nothing left to import
         STARTUP.__init__()
@@ -83,6 +84,13 @@ def _rank(argv: list[str], env: dict[str, str], log: str, threads: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _reread_import_time_settings(env: dict[str, str]) -> None:
+    """What torch reads from the environment once, at its import (the server's, before any request), read
+    again from a request's as a fresh rank would: the ones tests set."""
+    if "TORCHINDUCTOR_VEC_ISA_OK" in env:  # inductor's vectorised CPU kernels (None: where the CPU has them)
+        torch._inductor.config.cpp.vec_isa_ok = {"1": True, "0": False}.get(env["TORCHINDUCTOR_VEC_ISA_OK"])
 
 
 def _run(request: dict) -> list[int]:
