@@ -214,6 +214,10 @@ SUPPORTED: list[Row] = [
     Row("btp", False, "none", "cp4", mask="block_causal"),
     Row("btp", True, "full", "fsdp×cp", mask="block_causal"),
     Row("btp", False, "none", "pp×cp"),
+    # ... and LaX on each of them (its crossing on a rank's tokens of the window, the carry across stages)
+    Row("btp", False, "full", "cp4", mask="block_causal", lax=True),
+    Row("btp", False, "none", "fsdp×cp", lax=True),
+    Row("btp", False, "full", "pp×cp", lax=True),
     # LaX (the authors' gated, normalised crossing) on each scheme and layout CoLA runs: its carry crosses
     # pipeline stages, its norm and gate are recomputed by low-rank AC, FSDP shards them, compile traces them
     Row("btp", False, "lowrank", "fsdp×tp", lax=True),  # the eager replay of each latent, FSDP2's shards
