@@ -1,4 +1,5 @@
-"""The warnings torchtitan's start prints that cannot apply to a BOOST run, each answered at its cause.
+"""The warnings torchtitan's start (and FSDP2's first step) prints that cannot apply to a BOOST run, each
+answered at its cause.
 
 A rank's log should hold no warning a user cannot act on. ``install`` (the entry point calls it, before
 torchtitan's ``main``) removes, each where it arises:
@@ -27,6 +28,14 @@ torchtitan's ``main``) removes, each where it arises:
   Where there is none, the device name torch reports tells them apart as well (``NVIDIA H100 PCIe``,
   ``NVIDIA H100 NVL``, ``NVIDIA H100 80GB HBM3``), and the lookup falls back to it without the probe.
   On a CPU, ``torchtitan_ext.cpu`` answers the lookup itself.
+- ``FSDP2-wrapped module (FSDPTransformerBlock) returned a view tensor. An in-place op on this view ...
+  can cause backward to fail or produce wrong gradients`` (torch 2.13 on; also ``FSDPEmbedding``,
+  ``FSDPOptimizedModule``, ``FSDPCheckpointWrapper``): FSDP2 registers its pre-backward hook on a
+  module's outputs, which an in-place op on a view would drop. BOOST's modules return views (DTensor's
+  ``to_local``, LaX's carries, a compiled block's aliased output) and nothing applies an in-place op to a
+  module's output: the blocks add out of place, and every FSDP2 layout of the feature matrix matches one
+  process, which a dropped all-gather would not. Ignored for BOOST's modules alone
+  (``FSDP2_VIEW_OUTPUT``): another module's still warns.
 """
 
 from __future__ import annotations
@@ -41,6 +50,12 @@ from collections.abc import Callable, Iterator
 
 # torchelastic's default for its NCCL workers (torch.distributed.elastic.agent.server.local_elastic_agent)
 NCCL_ERROR_HANDLING_ENV = "TORCH_NCCL_ASYNC_ERROR_HANDLING"
+# FSDP2's warning on a view output, for the modules BOOST wraps: its embedding and its blocks, eager,
+# compiled or under activation checkpointing
+FSDP2_VIEW_OUTPUT = (
+    r"FSDP2-wrapped module \(FSDP(Embedding|TransformerBlock|OptimizedModule|CheckpointWrapper)\) returned a view "
+    "tensor"
+)
 
 
 def install() -> None:
@@ -57,6 +72,9 @@ def install() -> None:
         message="`torch.distributed.distributed_c10d._set_pg_timeout` is deprecated",
         category=FutureWarning,
         module=r"torchtitan\.",
+    )
+    warnings.filterwarnings(
+        "ignore", message=FSDP2_VIEW_OUTPUT, category=UserWarning, module=r"torch\.distributed\.fsdp\."
     )
     _no_float32_autocast()
     _pipeline_loss_check_knows_every_v_schedule()

@@ -126,3 +126,49 @@ def test_torchdatas_set_vital_call_is_quiet_and_only_it():
         install()
         torch.set_vital  # noqa: B018 - anyone else's lookup still warns
     assert any("set_vital" in str(w.message) for w in caught) == deprecated
+
+
+class TransformerBlock(torch.nn.Module):
+    """Named as BOOST's block: FSDP2 wraps it as ``FSDPTransformerBlock``. Returns a view, as a LaX block's
+    carries and a compiled block's aliased output are."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x).view(-1)
+
+
+class SomeoneElsesBlock(TransformerBlock):
+    pass
+
+
+def _fsdp2_view_output_warnings(block: type[torch.nn.Module], quieted: bool) -> list[str]:
+    """FSDP2's warnings from one forward of ``block`` sharded on rank 0 of 2 (the fake process group)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=2)
+    try:
+        module = fully_shard(block(), mesh=init_device_mesh("cpu", (2,)))
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            if quieted:
+                install()
+            module(torch.ones(2, 4))
+    finally:
+        dist.destroy_process_group()
+    return [str(w.message) for w in caught if "returned a view tensor" in str(w.message)]
+
+
+def test_fsdp2s_view_output_warning_is_quiet_for_boosts_modules_and_only_them():
+    # the cause: FSDP2 (torch 2.13 on) warns at any wrapped module's view output; 2.11 has no such warning
+    warns = bool(_fsdp2_view_output_warnings(SomeoneElsesBlock, quieted=False))
+    assert warns == (torch.__version__ >= "2.13"), torch.__version__
+    assert bool(_fsdp2_view_output_warnings(TransformerBlock, quieted=False)) == warns
+    assert _fsdp2_view_output_warnings(TransformerBlock, quieted=True) == []
+    # another module's view output still warns
+    assert bool(_fsdp2_view_output_warnings(SomeoneElsesBlock, quieted=True)) == warns
