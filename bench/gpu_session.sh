@@ -11,6 +11,9 @@
 #       -> $OUT/gpu.md (bench.gpu_report's), $OUT/report.log, $OUT/logs.tgz (each row's log, NVML samples, kernel JSON)
 #   bash bench/gpu_session.sh suite [pytest options]                             # 4.5 min on 16 cores
 #       -> $OUT/suite.log (ends with the tree check), $OUT/tree.txt (what changed, where something did)
+#   bash bench/gpu_session.sh gate [bench.lax_gate options]                      # not yet run on a GPU
+#       -> $OUT/lax_gate.md: LaX's crossing alone against CoLA's σ, each gate form, at the 7B@16 rank's
+#          widths (BTP's whole latent and SP's tp-th) and the 1B trainer's (issue 40)
 #
 # The wheels go to /tmp/site with no dependencies (no `pip install -e .`): the image's torch, triton and
 # CUDA libraries stay as they are. Each call installs them (a few seconds): a machine idle for 30 s is
@@ -29,8 +32,9 @@ if [[ "$part" == wheels ]]; then
     --platform manylinux_2_28_x86_64 --platform any -d .whl torchtitan==0.2.2 torchdata==0.11.0 tyro==1.0.17 \
     datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 docstring_parser==0.18.0 typeguard==4.6.1
 fi
-if [[ "$part" != report && "$part" != suite ]]; then
-  echo "usage: bash bench/gpu_session.sh wheels | report [bench.gpu_report options] | suite [pytest options]" >&2
+if [[ "$part" != report && "$part" != suite && "$part" != gate ]]; then
+  echo "usage: bash bench/gpu_session.sh wheels | report [bench.gpu_report options] | suite [pytest options]" \
+    "| gate [bench.lax_gate options]" >&2
   exit 2
 fi
 mkdir -p "$out"
@@ -48,6 +52,12 @@ if [[ "$part" == report ]]; then
   rc=${PIPESTATUS[0]}
   [[ -d /tmp/gpu_logs ]] && tar czf "$out/logs.tgz" -C /tmp gpu_logs
   exit "$rc"
+fi
+
+if [[ "$part" == gate ]]; then
+  { "$python" -m bench.lax_gate --flavor 7B --tokens 16384 4096 "$@" &&
+    "$python" -m bench.lax_gate --flavor 1B --tokens 16384 "$@"; } 2>&1 | tee "$out/lax_gate.md"
+  exit "${PIPESTATUS[0]}"
 fi
 
 # Every file of the tree but caches, the carried wheels and build/, with its hash: the suite must leave
