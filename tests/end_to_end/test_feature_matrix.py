@@ -242,7 +242,7 @@ def test_gpu_rows_layout_matches_fsdp2_replays_and_starts_again_on_its_cache(
     # group registered under the name 11"; torch_private.keep_ranks_compiled_graphs_apart; FSDP2 alike).
     # Inductor's CPU kernels scalar: what this test holds (the layout, its graphs, their cache) is not
     # theirs, and a GPU never runs them; vectorised, g++ compiling them made the test 88 s alone against
-    # 66 s. Inductor's vectorised CPU kernels are held to eager in tests/multiprocess/test_compile.py.
+    # 62 s. Inductor's vectorised CPU kernels are held to eager in tests/multiprocess/test_compile.py.
     cache = {"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache"), "TORCHINDUCTOR_VEC_ISA_OK": "0"}
     record = tmp_path / "compiled-graphs.json"
     probed = {PROBE_ENV: compiled_graphs_probe.PROBE, compiled_graphs_probe.RECORD_ENV: str(record)}
