@@ -23,3 +23,11 @@ torch.set_num_threads(1)
 _workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
 if _workers > 1 and "OMP_NUM_THREADS" not in os.environ:
     os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _workers))
+
+
+def pytest_collection_modifyitems(config, items):
+    # The suite's longest tests (marked `long`) first. pytest-xdist's worksteal hands each worker a contiguous
+    # share of the collected list and steals from the end of another's: a long test in the middle of the
+    # list (the GPU rows' layout was 66th of 740, after 50 feature-matrix rows) starts last, and the other
+    # worker idles through it. The rest keep their order (a stable sort).
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)

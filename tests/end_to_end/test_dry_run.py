@@ -33,12 +33,23 @@ CASES = [
 
 # the compatibility tier (.ci/compat) dry-runs 7B@16 on every end of the torch range
 COMPAT = {"7B-16"}
+LONG = {"30B-32"}  # about a minute on 2 cores: started first (tests/conftest.py)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "flavor,world_size,extra,layout",
-    [pytest.param(*c, marks=[pytest.mark.compat] if f"{c[0]}-{c[1]}" in COMPAT else []) for c in CASES],
+    [
+        pytest.param(
+            *c,
+            marks=[
+                m
+                for m, ids in ((pytest.mark.compat, COMPAT), (pytest.mark.long, LONG))
+                if f"{c[0]}-{c[1]}" in ids
+            ],
+        )
+        for c in CASES
+    ],
     ids=[f"{c[0]}-{c[1]}" for c in CASES],
 )
 def test_cola_dry_runs_at_real_world_size(flavor, world_size, extra, layout):

@@ -227,6 +227,7 @@ def _assert_tensorboard_has_the_loss_and_comm_metrics(
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_gpu_rows_layout_matches_fsdp2_replays_and_starts_again_on_its_cache(
     reference_losses, tmp_path: Path
 ):

@@ -227,6 +227,7 @@ def test_sigterm_to_every_process_saves_and_resumes_on_the_same_curve(tmp_path, 
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_ctrl_c_stops_cleanly_and_a_second_one_at_once(tmp_path, straight):
     rc, text, stopped = _stopped_then_resumed(
         tmp_path, straight, lambda launcher, ranks: os.killpg(launcher, signal.SIGINT)

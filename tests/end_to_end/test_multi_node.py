@@ -57,6 +57,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_two_torchrun_nodes_match_one_launcher(tmp_path):
     command = readme_multi_node_command(2, 2, f"localhost:{_free_port()}", "train_configs/debug.toml")
     command[0] = str(Path(sys.executable).parent / "torchrun")  # the venv's torchrun

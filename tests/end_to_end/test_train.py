@@ -102,14 +102,16 @@ def test_a_checkpoint_crosses_into_and_out_of_a_pipeline_on_one_curve(default_ru
     _close({**losses(piped_log), **out_of_pipe}, straight, 1e-5)
 
 
-# fsdp=2 × tp=2, compiled (aot_eager: the CPU suite's compile backend), as SimpleFSDP needs
+# fsdp=2 × tp=2
 FSDP_TP = ["--parallelism.data_parallel_shard_degree", "2", "--parallelism.tensor_parallel_degree", "2"]
-# SimpleFSDP traces its gathers and reductions into the compiled blocks, so its runs compile; the FSDP2
-# runs it is held to run eagerly (compiling them changes no number: the feature matrix's compiled rows)
+# ... compiled (aot_eager: the CPU suite's compile backend), as SimpleFSDP needs: it traces its gathers and
+# reductions into the compiled blocks. The FSDP2 runs it is held to run eagerly (compiled, their losses
+# differ by rounding alone: the feature matrix's compiled rows).
 COMPILED_FSDP_TP = [*FSDP_TP, "--compile.enable", "--compile.backend", "aot_eager"]
 
 
 @pytest.mark.slow
+@pytest.mark.long
 @pytest.mark.compat
 def test_simple_fsdp_resumes_and_hands_its_checkpoint_to_fsdp2_on_one_curve(default_run, tmp_path):
     # The one-process checkpoint (step 10) resumed at fsdp=2 × tp=2 under SimpleFSDP and under FSDP2:
