@@ -51,19 +51,21 @@ def variants(members: int, rank: int) -> dict[str, nn.Module]:
     return out
 
 
-def _forward_backward(module: nn.Module, pre: torch.Tensor, carry: torch.Tensor, grad: torch.Tensor) -> None:
+def _forward_backward(
+    module: nn.Module, pre: torch.Tensor, carry: torch.Tensor, grad: torch.Tensor
+) -> torch.Tensor:
+    """One forward and backward from cleared gradients; the latent it computed."""
     for t in (pre, carry, *module.parameters()):
         t.grad = None
-    module(pre, carry).backward(grad)
+    out = module(pre, carry)
+    out.backward(grad)
+    return out
 
 
 def _results(module: nn.Module, pre, carry, grad) -> list[torch.Tensor]:
     """What one forward and backward computes: the latent and every gradient (the forms share parameters'
     names and shapes: the gate's factors are the same either way)."""
-    for t in (pre, carry, *module.parameters()):
-        t.grad = None
-    out = module(pre, carry)
-    out.backward(grad)
+    out = _forward_backward(module, pre, carry, grad)
     return [
         out.detach(),
         pre.grad.clone(),
