@@ -43,7 +43,7 @@ def _preflight(tmp_path: Path, *overrides: str, monkeypatch, dump: Path | None =
     the refusal message, or ``None`` if it would start."""
     from torchtitan_ext.preflight import main
 
-    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("NGPU", "1")
     try:
         main(
             [

@@ -315,7 +315,7 @@ def test_the_launchers_check_of_a_token_folder_loads_no_torchtitan(cache_dir, fo
     )
     argv = job_args(cache_dir, folder, "--job.dump_folder", str(tmp_path / "out"))
     done = subprocess.run(
-        [sys.executable, "-c", code, *argv], cwd=ROOT, env=dict(os.environ, WORLD_SIZE="2"),
+        [sys.executable, "-c", code, *argv], cwd=ROOT, env=dict(os.environ, NGPU="2"),
         capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -34,7 +34,14 @@ from torchtitan_ext.config import DRY_RUN_COMM_MODE
 from torchtitan_ext.preflight.config_types import check_instance
 from torchtitan_ext.preflight.job_rules import JobContext, broken_rule
 from torchtitan_ext.preflight.job_warnings import JobWarning, job_warnings
-from torchtitan_ext.preflight.read import BOOST_CONFIG_MODULE, ReadJob, as_dict, load_toml, read_job
+from torchtitan_ext.preflight.read import (
+    BOOST_CONFIG_MODULE,
+    ReadJob,
+    as_dict,
+    config_file_argument,
+    load_toml,
+    read_job,
+)
 from torchtitan_ext.torchtitan_private import job_config_from_toml, merged_job_config_class
 
 __all__ = [
@@ -312,10 +319,22 @@ def check_input_files(job, world_size: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m torchtitan_ext.preflight ARGS``: the launcher's check alone; exit 2 on a refusal
-    (a refused checkpoint or a held run folder exits with its message)."""
+    """``python -m torchtitan_ext.preflight --job.config_file X.toml [overrides]``: the launcher's check
+    alone, at the launcher's world size (``NGPU``, default 1); exit 2 on a refusal (a refused checkpoint
+    or a held run folder exits with its message).
+
+    Example::
+
+        NGPU=2 python -m torchtitan_ext.preflight --job.config_file train_configs/debug.toml \\
+            --parallelism.tensor_parallel_degree 2 --parallelism.data_parallel_shard_degree 1
+    """
+    argv = sys.argv[1:] if argv is None else argv
     try:
-        preflight(sys.argv[1:] if argv is None else argv)
+        if config_file_argument(argv) is None:
+            # without a TOML, the [boost] section does not exist: its fields would read as unknown options
+            refuse("job.config_file", None, "name the TOML to check: --job.config_file train_configs/debug.toml "
+                   "(run_train.sh's default)")  # fmt: skip
+        preflight(argv, process_count(os.environ.get("NGPU", "1")))
     except ConfigError as e:
         print(f"BOOST config error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
