@@ -232,7 +232,7 @@ def test_dataloader_state_dict_resumes_at_the_next_batch(tokenizer, cache_dir):
         dataset_state = loader.dataset.state_dict()
         if dataset_state["sample_idx"] >= 3 and dataset_state["token_buffer"]:
             break
-    assert dataset_state["sample_idx"] >= 3
+    assert dataset_state["sample_idx"] >= 3 and dataset_state["token_buffer"], dataset_state["sample_idx"]
     state = loader.state_dict()
     expected = [next(batches) for _ in range(2)]
 

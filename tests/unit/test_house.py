@@ -13,6 +13,7 @@ fresh interpreter.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -56,14 +57,21 @@ MAY_IMPORT = {
 }
 
 
-def imported_modules(path: Path) -> list[tuple[int, str]]:
-    """Every module ``path`` imports, at any depth (function-level imports included)."""
+def imported_modules(path: Path, package: str | None = None) -> list[tuple[int, str]]:
+    """Every module ``path`` imports, at any depth (function-level imports included), relative imports
+    resolved against ``package`` (by default the file's own, from its place under the repository)."""
+    if package is None:
+        package = ".".join(path.relative_to(ROOT).parts[:-1])
     found = []
     for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             found.append((node.lineno, node.module))
+        elif isinstance(node, ast.ImportFrom):
+            base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
+            # `from . import x` imports the submodule x (or a name of the package: the package then)
+            found += [(node.lineno, base if node.module else f"{base}.{alias.name}") for alias in node.names]
     return found
 
 
@@ -104,7 +112,20 @@ def test_the_scanner_sees_function_level_imports(tmp_path):
     sample.write_text(
         "import torch\n\ndef f():\n    from torchtitan_ext.data import ensure_stdlib_tokenizer\n"
     )
-    assert imported_modules(sample) == [(1, "torch"), (4, "torchtitan_ext.data")]
+    assert imported_modules(sample, "boost.training.model") == [(1, "torch"), (4, "torchtitan_ext.data")]
+
+
+def test_the_scanner_resolves_relative_imports(tmp_path):
+    # relative imports name the library's own modules: the model's reaching into parallel must show
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from ..parallel.styles import NORM_MODES\nfrom . import args\nfrom .model import Transformer\n"
+    )
+    assert sorted(imported_modules(sample, "boost.training.model")) == [
+        (1, "boost.training.parallel.styles"),
+        (2, "boost.training.model.args"),
+        (3, "boost.training.model.model"),
+    ]
 
 
 @pytest.mark.slow
