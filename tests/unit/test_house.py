@@ -63,7 +63,8 @@ def imported_modules(path: Path, package: str | None = None) -> list[tuple[int, 
     if package is None:
         package = ".".join(path.relative_to(ROOT).parts[:-1])
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
@@ -72,7 +73,25 @@ def imported_modules(path: Path, package: str | None = None) -> list[tuple[int, 
             base = importlib.util.resolve_name("." * node.level + (node.module or ""), package)
             # `from . import x` imports the submodule x (or a name of the package: the package then)
             found += [(node.lineno, base if node.module else f"{base}.{alias.name}") for alias in node.names]
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", None) == "lazy_exports":
+            # boost.runtime.lazy_exports(name, {export: module}): imports made on first use, by name
+            found += [(node.lineno, module) for module in _lazy_export_modules(node, tree)]
     return found
+
+
+def _lazy_export_modules(call: ast.Call, tree: ast.Module) -> list[str]:
+    """The module names of a ``lazy_exports`` call's map, written inline or as a module-level dict."""
+    mapping = call.args[1] if len(call.args) > 1 else None
+    if isinstance(mapping, ast.Name):  # a dict assigned at module level
+        mapping = next(
+            n.value
+            for n in tree.body
+            if isinstance(n, ast.Assign) and any(getattr(t, "id", None) == mapping.id for t in n.targets)
+        )
+    assert isinstance(mapping, ast.Dict), (
+        f"line {call.lineno}: lazy_exports' map is not a dict the scanner reads"
+    )
+    return [v.value for v in mapping.values if isinstance(v, ast.Constant)]
 
 
 def library_files() -> list[Path]:
@@ -125,6 +144,20 @@ def test_the_scanner_resolves_relative_imports(tmp_path):
         (1, "boost.training.parallel.styles"),
         (2, "boost.training.model.args"),
         (3, "boost.training.model.model"),
+    ]
+
+
+def test_the_scanner_sees_lazy_exports(tmp_path):
+    # a package's lazy exports import their modules on first use: they count as its imports
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from boost.runtime.lazy_exports import lazy_exports\n"
+        "_EXPORTS = {'BoostParallelStyle': 'boost.training.parallel'}\n"
+        "__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)\n"
+    )
+    assert imported_modules(sample, "boost.training.model") == [
+        (1, "boost.runtime.lazy_exports"),
+        (3, "boost.training.parallel"),
     ]
 
 
