@@ -5,6 +5,7 @@ streams what the library samples, and BTP at tp=2 samples what one process sampl
 """
 
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -147,3 +148,33 @@ def test_tp2_samples_and_scores_like_one_process(tmp_path, linear):
     windows = packed_windows([run.tokenizer.encode(TEXT)], 64)
     loss = score(run.model, windows, token_byte_lengths(run.tokenizer), batch_size=2, progress=False).loss
     run_distributed(_tp_matches_one_process, 2, toml, expected, loss)
+
+
+def test_sampling_refuses_a_negative_token_count_and_an_empty_prompt():
+    model = _tiny("cola")
+    # a negative count would yield nothing and say nothing: the CLI user's typo, named
+    with pytest.raises(ValueError, match=re.escape("--max-new-tokens -1 must be >= 0")):
+        next(sample(model, [1, 2, 3], -1))
+    # no token to condition on: the first forward would run on an empty sequence
+    with pytest.raises(
+        ValueError,
+        match=re.escape("the prompt is empty: give at least one token (the tokenizer's BOS is one)"),
+    ):
+        next(sample(model, [], 4))
+
+
+def test_the_kv_cache_refuses_positions_beyond_the_rope_table():
+    # past max_seq_len the RoPE slice would come back short and the next forward fail on a shape
+    model = _tiny("cola")
+    cache = KVCache(model.model_args.max_seq_len)
+    with torch.no_grad():
+        model(torch.zeros(1, 60, dtype=torch.long), cache=cache)
+        with pytest.raises(
+            ValueError,
+            match=re.escape(
+                "sequence of 70 positions exceeds the model's max_seq_len 64; "
+                "ask for fewer new tokens or a shorter prompt"
+            ),
+        ):
+            model(torch.zeros(1, 10, dtype=torch.long), cache=cache)
+    assert cache.seen == 60  # the refused tokens left the cache as it was

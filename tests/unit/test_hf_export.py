@@ -7,6 +7,7 @@ CLI exports straight from a run's DCP checkpoint.
 """
 
 import json
+import re
 
 import pytest
 import torch
@@ -96,3 +97,29 @@ def test_cli_exports_a_dcp_checkpoint(tmp_path, capsys):
     # A DCP folder without its TOML is refused with the fix.
     assert main(["export", str(tmp_path / "checkpoint" / "step-3"), "--out", str(tmp_path / "x")]) == 2
     assert "add --config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "linear",
+            "full",
+            "config.json: linear = 'full' must be svd, cola or lax (full models are LlamaForCausalLM)",
+        ),
+        ("lax_gate", "gated", "config.json: lax_gate = 'gated' must be tensorized, linear or none"),
+    ],
+    ids=["linear", "lax_gate"],
+)
+def test_the_exported_config_class_refuses_a_kind_its_modeling_code_cannot_build(
+    tmp_path, field, value, message
+):
+    # the folder's own configuration_boost.py reads config.json where BOOST is not installed: an edited
+    # kind must stop there, not build a model of another kind than the weights
+    args = ModelArgs(dim=64, n_layers=1, n_heads=4, vocab_size=128, ffn_dim=176, linear="lax", rank=16)
+    save_hf(Transformer(args), tmp_path)
+    config = json.loads((tmp_path / "config.json").read_text())
+    config[field] = value
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        transformers.AutoConfig.from_pretrained(tmp_path, trust_remote_code=True)

@@ -6,6 +6,7 @@ fixed seed (nothing is downloaded).
 
 import dataclasses
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 transformers = pytest.importorskip("transformers")
 
@@ -323,4 +325,51 @@ def test_missing_files_are_named(hf, tmp_path):
     del config["intermediate_size"]
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match="intermediate_size"):
+        load_hf(tmp_path)
+
+
+def test_a_checkpoint_lacking_llama_tensors_is_refused_naming_them(hf, tmp_path):
+    # a tensor config.json implies but the file lacks would otherwise surface as a bare KeyError mid-build
+    _, path = hf
+    shutil.copy(path / "config.json", tmp_path / "config.json")
+    weights = load_file(path / "model.safetensors")
+    del weights["model.norm.weight"]
+    save_file(weights, tmp_path / "model.safetensors")
+    with pytest.raises(
+        KeyError,
+        match=re.escape(f"{tmp_path}: the checkpoint lacks 1 LLaMA tensor(s), e.g. ['model.norm.weight']"),
+    ):
+        load_hf(tmp_path)
+
+
+def test_a_sharded_checkpoints_index_is_read_strictly(hf, tmp_path):
+    _, path = hf
+    shutil.copy(path / "config.json", tmp_path / "config.json")
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text(json.dumps({"metadata": {"total_size": 0}}))  # an index cut down to its header
+    with pytest.raises(ValueError, match=re.escape(f"{index} has no weight_map object")):
+        load_hf(tmp_path)
+    # a shard the index names but the folder lacks: a copy that left one behind
+    index.write_text(json.dumps({"weight_map": {"model.norm.weight": "model-00002-of-00002.safetensors"}}))
+    with pytest.raises(
+        FileNotFoundError,
+        match=re.escape(
+            f"{tmp_path / 'model-00002-of-00002.safetensors'} not found (named by the folder's safetensors index)"
+        ),
+    ):
+        load_hf(tmp_path)
+
+
+def test_a_boost_folder_with_fields_this_boost_does_not_know_is_refused(tmp_path):
+    # a folder from a newer BOOST: dropping the field would build another model than the one saved
+    save_hf(
+        Transformer(ModelArgs(dim=64, n_layers=1, n_heads=4, vocab_size=128, ffn_dim=176, rank=16)), tmp_path
+    )
+    config = json.loads((tmp_path / "config.json").read_text())
+    config["boost"]["carry_width"] = 8
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"{tmp_path / 'config.json'}: boost section has unknown field(s) ['carry_width']"),
+    ):
         load_hf(tmp_path)

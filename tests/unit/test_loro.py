@@ -6,6 +6,7 @@ its state across a save and load, and its independence of how the model is cut i
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -136,3 +137,31 @@ def test_loro_state_dict_resumes_the_cycle_and_the_moments():
     optimizer.load_state_dict(saved_optimizer)
     assert optimizer.param_groups[0]["updates"] == 1
     assert _train([resumed], [optimizer], batches[1:]) == want
+
+
+@pytest.mark.parametrize(("loro_freq", "refresh_freq"), [(0, 500), (500, -1)])
+def test_loro_refuses_a_cycle_without_exact_steps_or_a_negative_refresh(loro_freq, refresh_freq):
+    # loro_freq = 0 divides by zero at the first step; refresh_freq = -1 refreshes at every step (t % -1 == 0)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(f"LORO: loro_freq ≥ 1 and refresh_freq ≥ 0, got {loro_freq}, {refresh_freq}"),
+    ):
+        LORO(Transformer(_tiny()), loro_freq=loro_freq, refresh_freq=refresh_freq)
+
+
+def test_an_exact_step_on_a_rank_deficient_factor_stops_before_the_weights():
+    # a zero column in an up-projection's factor: its Gram matrix has no Cholesky factor, so the exact step's
+    # QR is not finite; the step stops naming the bottleneck, and no factor moves (the run stops there: the
+    # other parameters' AdamW step, taken before, is in no checkpoint)
+    model = Transformer(_tiny())
+    with torch.no_grad():
+        model.layers["0"].attention.wqkv.up[0].weight[..., 0] = 0
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = LORO(model, lr=1e-2, loro_freq=1, refresh_freq=4)
+    _loss([model], torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(0))).backward()
+    with pytest.raises(FloatingPointError, match=r"LORO exact step: a factor of .*wqkv.* is rank-deficient"):
+        optimizer.step()
+    factors = [name for name, _ in model.named_parameters() if ".down." in name or ".up." in name]
+    assert len(factors) == 2 * 9  # a layer: 4 downs, 5 ups (wqkv's q and its batched k|v under GQA)
+    for name in factors:
+        assert torch.equal(model.get_parameter(name), before[name]), name

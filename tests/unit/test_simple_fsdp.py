@@ -7,6 +7,8 @@ runs in the compat tier on both ends of the torch range)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -74,6 +76,17 @@ def test_weights_are_even_shards_a_read_gathers_and_modules_of_a_class_share_one
 def test_a_weight_with_no_dim_the_degree_divides_is_refused_by_name(mesh3):
     with pytest.raises(ConfigError, match=r"boost.fsdp = 'simple_fsdp': norm's tensor-parallel shard \(4,\)"):
         apply_simple_fsdp(Toy(norm_width=4), mesh3, param_dtype=torch.float32, reduce_dtype=torch.float32)
+
+
+def test_a_data_parallel_mesh_of_two_dims_is_refused():
+    # each weight is sharded on one dim over one group: a 2-D mesh leaves unsaid which group that is
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
+    try:
+        mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp_replicate", "dp_shard"))
+        with pytest.raises(ValueError, match=re.escape("SimpleFSDP takes a 1-D data-parallel mesh, not 2-D")):
+            apply_simple_fsdp(Toy(norm_width=6), mesh, param_dtype=torch.float32, reduce_dtype=torch.float32)
+    finally:
+        dist.destroy_process_group()
 
 
 class Block(nn.Module):

@@ -7,7 +7,9 @@ ranks' loaders are built side by side, and a DCP checkpoint of a loader is saved
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import torch.distributed.checkpoint as dcp
 from torchtitan.config import ConfigManager
 
 from boost.training.config_error import ConfigError
+from boost.training.data.token_folder import read_manifest
 from tests.token_folders import write_token_folder
 from torchtitan_ext.data.text_datasets import build_boost_dataloader, build_boost_validation_dataloader
 from torchtitan_ext.data.token_loader import GlobalOrderDataloader
@@ -320,3 +323,67 @@ def test_the_launchers_check_of_a_token_folder_loads_no_torchtitan(cache_dir, fo
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.splitlines()[-1] == "[]", done.stdout
+
+
+def _damaged_folder(tmp_path: Path, damage: str) -> Path:
+    """A finished two-shard folder (its tokenizer a hand-made one: read_manifest never opens it), then
+    ``damage`` done to it."""
+    tokenizer = tmp_path / "tokenizer"
+    tokenizer.mkdir()
+    (tokenizer / "tokenizer.json").write_text("{}")
+    folder = tmp_path / "tokens"
+    write_token_folder(folder, tokenizer, VOCAB, [[0, 5, 1], [0, 6, 7, 1]], documents_per_shard=1)
+    manifest_file = folder / "manifest.json"
+    raw = json.loads(manifest_file.read_text())
+    if damage == "cut-short":
+        manifest_file.write_text('{"format": "boost-tokens", ')  # a copy cut short
+    elif damage == "no-splits":
+        del raw["splits"]
+        manifest_file.write_text(json.dumps(raw))
+    elif damage in ("format", "version", "dtype"):
+        raw[damage] = {"format": "other-tokens", "version": 2, "dtype": "int8"}[damage]
+        manifest_file.write_text(json.dumps(raw))
+    elif damage == "bin-missing":
+        (folder / "train-00001.bin").unlink()
+    elif damage == "idx-truncated":
+        idx = folder / "train-00000.idx"
+        idx.write_bytes(idx.read_bytes()[:-8])
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        ("cut-short", "its manifest.json cannot be read (Expecting"),
+        ("no-splits", "its manifest.json cannot be read ('splits'); prepare the corpus again into a new DIR"),
+        (
+            "format",
+            "manifest.json is format 'other-tokens' v1, this BOOST reads 'boost-tokens' v1: "
+            "prepare the corpus again with this BOOST",
+        ),
+        (
+            "version",
+            "manifest.json is format 'boost-tokens' v2, this BOOST reads 'boost-tokens' v1: "
+            "prepare the corpus again with this BOOST",
+        ),
+        ("dtype", "manifest.json names dtype 'int8', not one of ['uint16', 'uint32']"),
+        (
+            "bin-missing",
+            "train-00001.bin is missing, the manifest says 8: the folder was changed after prepare; "
+            "prepare the corpus again into a new DIR",
+        ),
+        (
+            "idx-truncated",
+            "train-00000.idx has 8 bytes, the manifest says 16: the folder was changed after prepare; "
+            "prepare the corpus again into a new DIR",
+        ),
+    ],
+    ids=["cut-short", "no-splits", "format", "version", "dtype", "bin-missing", "idx-truncated"],
+)
+def test_read_manifest_refuses_a_folder_damaged_after_prepare(tmp_path, damage, message):
+    # the preflight decides from the manifest alone: a folder it cannot trust must stop the run there,
+    # not as a short read or a garbled window mid-training
+    folder = _damaged_folder(tmp_path, damage)
+    with pytest.raises(ConfigError, match=re.escape(f"training.dataset_path = {str(folder)!r}: ")) as refused:
+        read_manifest(folder, "training.dataset_path")
+    assert message in str(refused.value)

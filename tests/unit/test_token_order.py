@@ -8,6 +8,7 @@ order does not read them as text), small enough that whole epochs are enumerated
 from __future__ import annotations
 
 import logging
+import re
 from fractions import Fraction
 from pathlib import Path
 
@@ -196,3 +197,19 @@ def test_a_malformed_blend_is_refused_naming_the_field(spec, message):
     assert str(refused.value).startswith(f"training.dataset_path = {spec!r}: ") and message in str(
         refused.value
     )
+
+
+def test_an_order_refuses_weights_that_do_not_pair_with_its_splits(split60):
+    # each weight is one split's share: unpaired, the blend is not the one the job asked for
+    with pytest.raises(ValueError, match=re.escape("1 splits for 2 weights")):
+        TokenOrder([split60], [Fraction(1, 2), Fraction(1, 2)], SEQ_LEN, seed=0)
+
+
+def test_an_order_refuses_a_split_shorter_than_one_window(split60, tmp_path):
+    # a split with no whole window has nothing for its share of the blend to draw
+    write_token_folder(tmp_path, tmp_path, 2**20, [[0, 1, 2, 3, 4]])  # 5 tokens, a window is 8
+    short = TokenSplit(tmp_path, read_manifest(tmp_path, "training.dataset_path"), "train")
+    with pytest.raises(
+        ValueError, match=re.escape("a split holds fewer than seq_len + 1 = 8 tokens: no window to read")
+    ):
+        TokenOrder([split60, short], [Fraction(1, 2), Fraction(1, 2)], SEQ_LEN, seed=0)

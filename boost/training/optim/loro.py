@@ -217,8 +217,8 @@ class LORO(torch.optim.Optimizer):
                     )
                 )
             results, info = exact_step(inputs)
-            # a host sync per bottleneck, on exact steps only: a rank-deficient QR must not reach the weights
-            if bool(info.any()):
+            # a rank-deficient QR must not reach the weights (exact_step synced on it: no rows came back)
+            if not results:
                 raise FloatingPointError(
                     f"LORO exact step: a factor of {', '.join(p.name for p in pairs)} or its tangent block is "
                     "rank-deficient (its Gram matrix has no Cholesky factor)"

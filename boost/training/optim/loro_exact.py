@@ -85,8 +85,8 @@ def _right_solve(upper: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 def exact_step(pairs: list[ExactInput]) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]:
     """The new ``(M', N')`` rows of every pair (in their own dtype), and the Cholesky ``info`` of all QRs
-    (non-zero where a factor or a tangent block is rank-deficient). The pairs travel together: each round
-    is one all-reduce per row group for all of them."""
+    (non-zero where a factor or a tangent block is rank-deficient: then no rows, ``[]``). The pairs travel
+    together: each round is one all-reduce per row group for all of them."""
     m = [p.m.to(COMPUTE_DTYPE) for p in pairs]
     n = [p.n.to(COMPUTE_DTYPE) for p in pairs]
     dm = [p.dm.to(COMPUTE_DTYPE) for p in pairs]
@@ -115,6 +115,11 @@ def exact_step(pairs: list[ExactInput]) -> tuple[list[tuple[torch.Tensor, torch.
     tangents, info_tangents = tall_skinny_qr(blocks)
     q1, k1 = zip(*tangents[0::2])
     q2, k2 = zip(*tangents[1::2])
+    info = torch.cat([info_factors, info_tangents])
+    if bool(info.any()):
+        # a rank-deficient block: its Q and R are not finite, and the SVD would stop on them before the
+        # caller could say which factor it was (a host sync, on exact steps only)
+        return [], info
 
     out = []
     for i, p in enumerate(pairs):
@@ -128,4 +133,4 @@ def exact_step(pairs: list[ExactInput]) -> tuple[list[tuple[torch.Tensor, torch.
         m_new = torch.cat([u[i], q2[i]], 1) @ uc[:, :r] * root
         n_new = torch.cat([v[i], q1[i]], 1) @ vch[:r].mT * root
         out.append((m_new.to(p.m.dtype), n_new.to(p.n.dtype)))
-    return out, torch.cat([info_factors, info_tangents])
+    return out, info

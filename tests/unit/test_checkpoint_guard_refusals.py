@@ -1,0 +1,71 @@
+"""The resume guard's refusals of a checkpoint folder, on hand-made DCP checkpoints (``dcp.save`` with
+``no_dist``: no process group, no training run) and torchtitan's own ``JobConfig``."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torchtitan.config import JobConfig
+
+from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, resume_checkpoint
+
+# dcp.save without a process group says it saves in one process: that is the intent here
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+
+
+def _resuming_job(dump_folder: Path, load_step: int = -1) -> JobConfig:
+    job = JobConfig()
+    job.job.dump_folder = str(dump_folder)
+    job.checkpoint.enable = True
+    job.checkpoint.load_step = load_step
+    return job
+
+
+def _save_step(checkpoints: Path, step: int) -> Path:
+    path = checkpoints / f"step-{step}"
+    dcp.save({"w": torch.arange(64.0), "train_state": {"step": step}}, checkpoint_id=path, no_dist=True)
+    return path
+
+
+def _truncate_data(path: Path) -> str:
+    """Cut the checkpoint's data file in half (a kill during the write, a full disk); its name."""
+    (data,) = path.glob("*.distcp")
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) // 2)
+    return data.name
+
+
+def test_resume_refuses_a_folder_whose_every_checkpoint_is_corrupt(tmp_path):
+    # falling back to a fresh start would silently throw the run away; loading one would fail deep in DCP
+    checkpoints = tmp_path / "checkpoint"
+    _save_step(checkpoints, 2)
+    (checkpoints / "step-2" / ".metadata").unlink()  # the save did not finish
+    data = _truncate_data(_save_step(checkpoints, 4))
+    with pytest.raises(
+        CheckpointRefused,
+        match=re.escape(
+            f"no intact checkpoint in {checkpoints} (2 corrupt: step 4: data file {data} is truncated"
+        ),
+    ) as refused:
+        resume_checkpoint(_resuming_job(tmp_path))
+    assert str(refused.value).endswith("move them away to start from scratch")
+    # one intact older step is what the guard falls back to instead
+    _save_step(checkpoints, 1)
+    assert resume_checkpoint(_resuming_job(tmp_path))[:2] == (checkpoints / "step-1", 1)
+
+
+def test_resume_refuses_a_load_step_naming_a_corrupt_checkpoint(tmp_path):
+    # an explicit load_step is never swapped for another step: the user asked for that one
+    checkpoints = tmp_path / "checkpoint"
+    _save_step(checkpoints, 1)
+    data = _truncate_data(_save_step(checkpoints, 4))
+    with pytest.raises(
+        CheckpointRefused,
+        match=re.escape(f"checkpoint.load_step = 4: {checkpoints / 'step-4'}: data file {data} is truncated"),
+    ):
+        resume_checkpoint(_resuming_job(tmp_path, load_step=4))

@@ -1,0 +1,115 @@
+"""``trained_run``'s refusals of a TOML and a checkpoint that do not belong together, on hand-made DCP
+checkpoints of the debug flavor (untrained, ``dcp.save`` without a process group): each names the source
+and says which file to pass, where loading would otherwise fail inside DCP or build the wrong model."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from boost.after_training.trained_run import find_checkpoint, load_checkpoint_model
+from boost.training.data.run_tokenizer import RunError
+from boost.training.model import ModelArgs, Transformer
+
+# dcp.save without a process group says it saves in one process: that is the intent here
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+
+VOCAB = 64  # a small embedding: the checks read shapes, never a tokenizer
+
+
+def _state(linear: str = "cola", **overrides) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    args = ModelArgs.from_flavor("debug", linear=linear, vocab_size=VOCAB, max_seq_len=16, **overrides)
+    return Transformer(args).state_dict()
+
+
+def _save(folder: Path, state: dict[str, torch.Tensor]) -> Path:
+    dcp.save(state, checkpoint_id=folder, no_dist=True)
+    return folder
+
+
+def _config(flavor: str = "debug", linear: str = "cola") -> dict:
+    return {"model": {"flavor": flavor}, "boost": {"linear": linear}, "training": {"seq_len": 16}}
+
+
+def test_no_checkpoint_under_the_run_folder_says_train_first(tmp_path):
+    config = {"job": {"dump_folder": str(tmp_path)}}
+    with pytest.raises(
+        RunError,
+        match=re.escape(
+            f"no checkpoint under {tmp_path / 'checkpoint'}; train first (./run_train.sh) or pass --checkpoint DIR"
+        ),
+    ):
+        find_checkpoint(config)
+    (tmp_path / "checkpoint" / "step-5").mkdir(parents=True)  # a save that did not finish
+    with pytest.raises(
+        RunError,
+        match=re.escape("(1 corrupt: no .metadata (the save did not finish)); train first (./run_train.sh)"),
+    ):
+        find_checkpoint(config)
+
+
+def test_a_checkpoint_without_token_embeddings_is_not_taken_for_a_model(tmp_path):
+    path = _save(tmp_path / "step-1", {"w": torch.zeros(4)})
+    with pytest.raises(
+        RunError,
+        match=re.escape("the checkpoint holds no tok_embeddings.weight: it is not a BOOST model checkpoint"),
+    ):
+        load_checkpoint_model(path, _config(), "run.toml")
+
+
+def test_a_dense_checkpoint_under_a_low_rank_toml_is_refused(tmp_path):
+    # the kind is the TOML's alone (the shapes do not say cola from lax): a wrong one must not load
+    path = _save(tmp_path / "step-1", _state("full"))
+    with pytest.raises(
+        RunError,
+        match=re.escape(
+            "run.toml: boost.linear = 'cola' but the checkpoint holds a dense model; "
+            "pass the TOML this run was trained with"
+        ),
+    ):
+        load_checkpoint_model(path, _config(linear="cola"), "run.toml")
+
+
+@pytest.mark.parametrize(
+    ("saved_layers", "flavor", "message"),
+    [
+        (2, "debug", "flavor 'debug' has dim 256 and 4 layers, the checkpoint dim 256 and 2 layers"),
+        (4, "60M", "flavor '60M' has dim 512 and 8 layers, the checkpoint dim 256 and 4 layers"),
+    ],
+    ids=["fewer-layers", "another-dim"],
+)
+def test_a_checkpoint_of_another_flavor_is_refused_with_both_shapes(tmp_path, saved_layers, flavor, message):
+    path = _save(tmp_path / "step-1", _state(n_layers=saved_layers))
+    with pytest.raises(
+        RunError, match=re.escape(f"run.toml: {message}; pass the TOML this run was trained with")
+    ):
+        load_checkpoint_model(path, _config(flavor), "run.toml")
+
+
+def test_a_checkpoint_missing_a_model_tensor_is_refused_before_dcp_reads_it(tmp_path):
+    state = _state()
+    del state["norm.weight"]
+    path = _save(tmp_path / "step-1", state)
+    with pytest.raises(
+        RunError,
+        match=re.escape(
+            f"{path}: the checkpoint lacks 1 model tensor(s) the config implies, e.g. ['norm.weight']"
+        ),
+    ):
+        load_checkpoint_model(path, _config(), "run.toml")
+
+
+def test_a_checkpoint_tensor_of_another_shape_is_refused_naming_both_shapes(tmp_path):
+    state = _state()
+    state["norm.weight"] = torch.ones(128)
+    path = _save(tmp_path / "step-1", state)
+    with pytest.raises(
+        RunError,
+        match=re.escape(f"{path}: tensor norm.weight has shape (128,), the config implies (256,)"),
+    ):
+        load_checkpoint_model(path, _config(), "run.toml")
