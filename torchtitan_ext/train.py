@@ -160,6 +160,8 @@ class BoostTrainer(Trainer):
             global_valid_tokens = funcol.all_reduce(local_valid_tokens, "sum", batch_mesh).float()
         else:
             global_valid_tokens = local_valid_tokens.float()
+        if parallel_dims.pp_enabled:  # the schedule divides each micro-batch's loss by it
+            self.pp_schedule.count_step_tokens(global_valid_tokens)
 
         accumulated_losses = []
         for input_dict, labels in microbatches:

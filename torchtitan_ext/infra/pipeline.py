@@ -44,8 +44,11 @@ issue #2972) and gradient clipping then distorts the update. ``PerTokenSchedule`
 microbatch loss by the step's global token count inside the schedule, and multiplies the recorded
 losses back, so that the trainer's logging (which divides by that count itself) is unchanged.
 
-The count is the local batch's labels (all valid: BOOST's datasets pack without padding) times the
-data-parallel degree and the gradient-accumulation steps — the trainer's ``global_valid_tokens``.
+The count is the trainer's own ``global_valid_tokens`` (``PerTokenSchedule.count_step_tokens``, before
+each step: the labels of every data-parallel rank and gradient-accumulation step, counted before context
+parallelism cuts each window into ``cp`` shares). A count of the stage's own labels would be a CP rank's
+share: its loss divided by ``1/cp`` of the step's tokens, and FSDP's sum over the CP ranks ``cp`` times the
+gradient (the pp × cp rows of the feature matrix compare the gradient norms with one process's).
 """
 
 from __future__ import annotations
@@ -289,17 +292,14 @@ class PerTokenSchedule:
     """A pipeline schedule that back-propagates each micro-batch's loss per token (module docstring).
 
     It has the ``step`` and ``eval`` torchtitan's trainer and validator call, and hands them back the
-    losses as sums, as they record them. ``batches_per_step``: the local batches one optimizer step
-    averages over (data-parallel degree × gradient-accumulation steps), so that the local labels times
-    it are the trainer's ``global_valid_tokens``.
+    losses as sums, as they record them. A training step divides by the count the trainer hands it
+    (``count_step_tokens``); an evaluation by its own labels' (the validator sums the losses back).
     """
 
-    def __init__(
-        self, job_config: JobConfig, stages: list[PipelineStage], loss_fn: LossFunction, batches_per_step: int
-    ) -> None:
+    def __init__(self, job_config: JobConfig, stages: list[PipelineStage], loss_fn: LossFunction) -> None:
         self.loss_fn = loss_fn
-        self.batches_per_step = batches_per_step
-        self.tokens = 1.0  # the step's global token count, set where the target is (the last stage's ranks)
+        self.tokens: torch.Tensor | float = 1.0  # what a micro-batch's summed loss is divided by
+        self._step_tokens: torch.Tensor | None = None
         self.stages = stages
         self.schedule: PipelineSchedule = build_pipeline_schedule(
             without_expert_overlap(job_config), stages, self._loss_per_token
@@ -309,7 +309,16 @@ class PerTokenSchedule:
     def _loss_per_token(self, pred: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         return self.loss_fn(pred, labels) / self.tokens
 
+    def count_step_tokens(self, global_valid_tokens: torch.Tensor) -> None:
+        """The next training step's token count: the trainer's ``global_valid_tokens`` (on the device: no
+        host sync)."""
+        self._step_tokens = global_valid_tokens
+
     def step(self, *args, target: torch.Tensor | None = None, losses: list | None = None, **kwargs) -> Any:
+        if self._step_tokens is None:
+            raise RuntimeError(
+                "PerTokenSchedule.step: the trainer hands it the step's count first (count_step_tokens)"
+            )
         return self._run_per_token(True, args, kwargs, target, losses)
 
     def eval(self, *args, target: torch.Tensor | None = None, losses: list | None = None, **kwargs) -> Any:
@@ -324,8 +333,10 @@ class PerTokenSchedule:
         reinitialize_on_switch(self.schedule, training, self._last_training)
         self._last_training = training
         run: Callable = self.schedule.step if training else self.schedule.eval
-        if target is not None:
-            self.tokens = float(int((target != IGNORE_INDEX).sum()) * self.batches_per_step)
+        if training:
+            self.tokens = self._step_tokens
+        elif target is not None:
+            self.tokens = float(int((target != IGNORE_INDEX).sum()))
         out = run(*args, target=target, losses=losses, **kwargs)
         if losses is not None:
             losses[:] = [loss * self.tokens for loss in losses]
@@ -441,11 +452,5 @@ def pipeline_boost(
             )
         )
 
-    # the trainer's global_valid_tokens: summed over the batch mesh, and over its gradient-accumulation steps
-    dp = parallel_dims.get_mesh("batch").size() if parallel_dims.dp_enabled else 1
-    training = job_config.training
-    local_batch = training.local_batch_size
-    global_batch = training.global_batch_size if training.global_batch_size > 0 else local_batch * dp
-    accumulation = global_batch // (local_batch * dp)
-    schedule = PerTokenSchedule(job_config, stages, loss_fn, batches_per_step=dp * accumulation)
+    schedule = PerTokenSchedule(job_config, stages, loss_fn)
     return schedule, parts, any(s.is_first for s in stages), any(s.is_last for s in stages)
