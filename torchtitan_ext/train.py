@@ -195,6 +195,9 @@ class BoostTrainer(Trainer):
         else:
             global_avg_loss = global_max_loss = loss.detach().item()
             global_ntokens_seen = self.ntokens_seen
+        if parallel_dims.pp_enabled and not self.pp_has_last_stage:
+            # no loss here: torchtitan's placeholder -1, not its sum over the loss mesh (-dp·cp)
+            global_avg_loss = global_max_loss = -1.0
         self.metrics_processor.log(
             self.step,
             global_avg_loss,

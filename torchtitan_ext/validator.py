@@ -8,11 +8,18 @@ a ``context_parallel`` context from the model's ``freqs_cis`` that it never ente
 ``freqs_cis``: RoPE takes torchtitan's ``positions``). ``BoostValidator.validate`` is torchtitan's, with the
 count taken before the sharding, as the trainer takes it, and without that context; a pipeline rank without
 the last stage logs -1, the training line's placeholder (torchtitan's -1 divided by the token count).
+
+Every data-parallel rank runs the same number of validation batches, or one would leave the loop while the
+others wait for it in a collective (gloo: a size mismatch; NCCL: a hang until the timeout). A text corpus
+splits by documents, so the ranks' shares differ in length: with ``validation.steps`` set, each rank's
+loader re-reads its share from the start (``data.text_datasets``), and with ``-1`` (the whole set) the ranks
+agree before each batch to stop at the shortest share.
 """
 
 from __future__ import annotations
 
 import torch
+import torch.distributed._functional_collectives as funcol
 from torch import nn
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.components.validate import Validator
@@ -40,9 +47,18 @@ class BoostValidator(Validator):
         accumulated_losses = []
         device_type = utils.device_type
         num_steps = 0
-        for input_dict, labels in self.validation_dataloader:
-            if self.job_config.validation.steps != -1 and num_steps >= self.job_config.validation.steps:
+        steps = self.job_config.validation.steps
+        batches = iter(self.validation_dataloader)
+        while steps == -1 or num_steps < steps:
+            batch = next(batches, None)
+            if steps == -1 and parallel_dims.dp_enabled:
+                # the whole set: every rank stops with the one whose share ends first (a host sync a batch)
+                here = torch.tensor(int(batch is not None), device=device_type)
+                if not int(funcol.all_reduce(here, "min", parallel_dims.get_mesh("batch"))):
+                    break
+            elif batch is None:
                 break
+            input_dict, labels = batch
             self.metrics_processor.ntokens_since_last_log += labels.numel()
             for k, v in input_dict.items():
                 input_dict[k] = v.to(device_type)

@@ -116,24 +116,25 @@ def test_a_tp_bf16_cpu_run_logs_what_computes_and_its_start_up(tmp_path):
 @pytest.mark.slow
 def test_a_pipelined_runs_console_shows_the_rank_holding_the_loss(tmp_path):
     # torchtitan logs the loss on the last stage's ranks only (-1 on the others) and warns where LOG_RANK
-    # leaves them out; unset, the launcher shows rank 0 and the last stage's first rank (rank 1 of pp 2)
+    # leaves them out; unset, the launcher shows rank 0 and the last stage's first rank (rank 2 of pp 2 ×
+    # FSDP 2). With FSDP, torchtitan's -1 was summed over the data-parallel ranks (-2.0 on rank 0's line).
     steps = 2
     log = run_train(
         tmp_path,
         "--parallelism.pipeline_parallel_degree", "2",
-        "--parallelism.data_parallel_shard_degree", "1",
+        "--parallelism.data_parallel_shard_degree", "2",
         "--checkpoint.no-enable",
         "--validation.steps", "1",
-        ngpu=2,
+        ngpu=4,
         steps=steps,
         log_rank=None,
     )  # fmt: skip
-    by_rank = {r: "\n".join(re.findall(rf"^\[rank{r}\]:(.*)$", log, re.M)) for r in (0, 1)}
+    by_rank = {r: "\n".join(re.findall(rf"^\[rank{r}\]:(.*)$", log, re.M)) for r in (0, 2)}
     assert "Training starts at step 1" in by_rank[0], log[-3000:]
-    assert losses(by_rank[1]).keys() == set(range(1, steps + 1)), log[-3000:]
-    validated = {r: re.findall(r"validate step:\s+\d+\s+\S*loss:\s+(-?[\d.]+)", by_rank[r]) for r in (0, 1)}
-    assert validated[1] and all(float(v) > 0 for v in validated[1]), log[-3000:]
+    assert losses(by_rank[2]).keys() == set(range(1, steps + 1)), log[-3000:]
+    validated = {r: re.findall(r"validate step:\s+\d+\s+\S*loss:\s+(-?[\d.]+)", by_rank[r]) for r in (0, 2)}
+    assert validated[2] and all(float(v) > 0 for v in validated[2]), log[-3000:]
     # the ranks without the loss say torchtitan's placeholder, in training and validation alike
     assert re.search(r"(?<!validate )step:\s+1\s+\S*loss: -1\.0", by_rank[0]), log[-3000:]
-    assert len(validated[0]) == len(validated[1]) and all(float(v) == -1 for v in validated[0]), log[-3000:]
+    assert len(validated[0]) == len(validated[2]) and all(float(v) == -1 for v in validated[0]), log[-3000:]
     assert "Pipeline Parallel loss is not visible" not in log

@@ -143,7 +143,9 @@ def build_boost_validation_dataloader(
     infinite: bool = False,
 ) -> ParallelAwareDataloader:
     """torchtitan's ``build_text_validation_dataloader`` over a ``HeldOutTextDataset``, or the ``tokens``
-    dataset's validation loader."""
+    dataset's validation loader. ``infinite`` (torchtitan's: ``validation.steps`` set): a rank's share is
+    re-read from its start until the validator has its steps, so every rank runs them all (a share of a
+    text corpus is whole documents: the ranks' shares differ in length)."""
     cfg = job_config.validation
     if is_tokens(cfg.dataset):
         return build_token_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config)
@@ -166,11 +168,10 @@ def build_boost_validator(
     *, job_config: JobConfig, dp_world_size: int, dp_rank: int, tokenizer: BaseTokenizer, **kwargs
 ) -> BaseValidator:
     """torchtitan's ``build_validator`` with ``BoostValidator``, scoring the same held-out batches at every
-    validation: it builds its loader with ``build_boost_validation_dataloader`` (finite, whatever
-    ``validation.steps``)."""
+    validation: it builds its loader with ``build_boost_validation_dataloader``."""
 
     def build_loader(*, job_config, dp_world_size, dp_rank, tokenizer, infinite):
-        return build_boost_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config)
+        return build_boost_validation_dataloader(dp_world_size, dp_rank, tokenizer, job_config, infinite)
 
     assert kwargs.get("metrics_processor") is not None  # as torchtitan's build_validator asserts
     with validators_built_with(build_loader):
