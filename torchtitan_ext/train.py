@@ -31,6 +31,7 @@ from torchtitan_ext.guards.checkpoint_identity import model_identity
 from torchtitan_ext.guards.checkpoint_manager import BoostCheckpointManager
 from torchtitan_ext.guards.graceful_stop import GracefulStop
 from torchtitan_ext.guards.launcher_watch import end_with_launcher
+from torchtitan_ext.guards.nonfinite_guard import refuse_non_finite
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.guards.step_hold import hold_at_step
 from torchtitan_ext.infra import cudagraphs
@@ -174,6 +175,7 @@ class BoostTrainer(Trainer):
             accumulated_losses.append(loss.detach())
 
         grad_norm = self._clip_grad_norm()
+        self._grad_norm = grad_norm  # a stop's checkpoint reads it (_stop_here): log steps check their own
         self.checkpointer.maybe_wait_for_staging()
         self.optimizers.step()
         self.lr_schedulers.step()
@@ -246,6 +248,11 @@ class BoostTrainer(Trainer):
 
     def _stop_here(self) -> None:
         name = signal.Signals(self.stop.signum).name if self.stop.signum else "a signal on another rank"
+        if self.step != self._start_step:
+            # a stop lands on any step, not only on a log step whose gradient norm the guard has read: a
+            # non-finite step must not reach the stop's checkpoint (every rank holds the same norm)
+            dry_run = self.job_config.comm.mode == DRY_RUN_COMM_MODE
+            refuse_non_finite(self.step, float(self._grad_norm), dry_run=dry_run)
         if self.step == self._start_step:
             said = "before its first step: nothing new to save"
         elif self.checkpointer.save_at_stop(self.step):

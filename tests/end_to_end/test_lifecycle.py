@@ -227,6 +227,34 @@ def test_sigterm_to_every_process_saves_and_resumes_on_the_same_curve(tmp_path, 
 
 
 @pytest.mark.slow
+def test_a_stop_after_a_non_finite_step_saves_no_checkpoint(tmp_path):
+    # lr 1e30 makes step 2 on non-finite; no log step (and no interval save) until step 100, so the guard's
+    # only read of the norm is the stop's own, at its agreed boundary after step 4 (a save there would hold
+    # NaN weights, and the next start would resume from them)
+    overrides = ["--optimizer.lr", "1e30", "--lr_scheduler.warmup_steps", "1", "--training.max_norm", "1e30"]
+    overrides += [
+        "--metrics.log_freq",
+        "100",
+        "--checkpoint.interval",
+        "100",
+        "--boost.stop_check_every",
+        "2",
+    ]
+    proc, console = _start(tmp_path, "diverged", *overrides, hold_after=3)
+    held = _held(tmp_path, "diverged", proc, console)
+    try:
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            os.kill(pid, signal.SIGTERM)
+        _until(lambda: STOPPING in console.read_text(), proc, console, "rank 0's stop line")
+    finally:
+        _release(held)
+    assert proc.wait(timeout=HANG_GUARD_S) != 0
+    text = console.read_text()
+    assert "non-finite loss/gradients at step 4" in text, text[-3000:]
+    assert _complete(tmp_path / "diverged") == set() and "saved; run the same command" not in text
+
+
+@pytest.mark.slow
 @pytest.mark.long
 def test_ctrl_c_stops_cleanly_and_a_second_one_at_once(tmp_path, straight):
     rc, text, stopped = _stopped_then_resumed(

@@ -3,7 +3,8 @@
 The check reads the global gradient norm torchtitan already computes (``clip_grad_norm_`` reduces it
 over every parallel dimension, so every rank sees the same value and all stop together) when it is
 brought to the host for logging. It adds no collective and no host sync to any step:
-``torchtitan_ext.metrics`` makes every checkpoint step a log step, so no save happens unchecked.
+``torchtitan_ext.metrics`` makes every checkpoint step a log step, and a stop's checkpoint (a signal's, at
+any step) reads the step's norm first (``torchtitan_ext.train``), so no save happens unchecked.
 """
 
 from __future__ import annotations
