@@ -6,17 +6,21 @@ the same checkpoints beside them. Rank 0 holds an exclusive ``flock`` from befor
 starts until the process ends — the OS releases it when the process dies, however it dies, so a
 lock is never stale. A second trainer's rank 0 (and ``run_train.sh``'s preflight, before torchrun)
 finds it held and refuses, naming the holder's pid from the file; its other ranks are stopped by
-torchrun when rank 0 exits.
+torchrun when rank 0 exits. On a file system without ``flock`` the run starts with a warning, unguarded.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import socket
+import warnings
 from pathlib import Path
 
 LOCK_FILE = ".boost_run.lock"
+# flock's errors where the file system has no locks (not where another process holds one)
+NO_LOCKS = (errno.ENOSYS, errno.ENOLCK, errno.EOPNOTSUPP)
 
 
 class RunFolderInUse(SystemExit):
@@ -43,6 +47,17 @@ class RunLock:
             holder = _read_holder(fd)
             os.close(fd)
             raise RunFolderInUse(_refusal(Path(dump_folder), holder)) from None
+        except OSError as e:
+            if e.errno not in NO_LOCKS:
+                os.close(fd)
+                raise
+            # a file system without flock (Lustre mounted noflock, some FUSE mounts): the run goes on,
+            # unguarded, and says so once
+            warnings.warn(
+                f"job.dump_folder = {str(dump_folder)!r}: its file system takes no flock ({os.strerror(e.errno)}), "
+                "so a second trainer started on this folder would not be refused: start one at a time",
+                stacklevel=2,
+            )
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()}\n".encode(), 0)
         return cls(fd, path)
