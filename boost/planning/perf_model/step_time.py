@@ -382,12 +382,13 @@ def predict_step_time(
     shards = dp * cp  # FSDP's mesh: dp_shard × cp
     params = args_params(args) / (tp * pp * shards)
     optimizer = params * 28 / (hw.mem_bw * hw.eta_hbm)
-    # FSDP: all-gather params (fwd, bwd) and reduce-scatter grads across dp × cp, overlapped with compute;
-    # only the excess shows
+    # FSDP: all-gather params (fwd, bwd) in the compute dtype and reduce-scatter grads in float32 (torchtitan's
+    # training.mixed_precision_reduce, the one value it takes) across dp × cp, overlapped with compute; only
+    # the excess shows
     fsdp = 0.0
     if shards > 1:
         bw = hw.inter_bw if tp * pp * shards > hw.gpus_per_node else hw.bus_bw
-        fsdp = 3 * (shards - 1) / shards * args_params(args) / (tp * pp) * dtype_bytes / bw
+        fsdp = (shards - 1) / shards * args_params(args) / (tp * pp) * (2 * dtype_bytes + 4) / bw
     exposed_fsdp = max(0.0, fsdp - pipeline)
     total = pipeline + optimizer + exposed_fsdp
     if not breakdown:
