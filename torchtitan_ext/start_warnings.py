@@ -10,7 +10,7 @@ torchtitan's ``main``) removes, each where it arises:
 - ``ENV[TORCH_NCCL_ASYNC_ERROR_HANDLING] = 1 will be overridden to 3``: torchrun puts NCCL's variable in
   every worker's environment and torchtitan overrides it, saying so. Without an accelerator the backend
   is gloo, which reads no NCCL variable: the rank drops it before torchtitan's ``init_distributed``.
-- ``In CPU autocast, but the target dtype is not supported`` (one process or DDP) and ``Mixed precision
+- ``In CPU autocast, but the target dtype is not supported`` (one process) and ``Mixed precision
   training with TP or PP is only supported when FSDP/HSDP/CP is enabled`` (TP/PP): torchtitan sets up
   ``training.mixed_precision_param`` without asking whether it is float32, which needs no mixed
   precision at all; a float32 job without FSDP gets no autocast (which torch's CPU autocast would
@@ -94,6 +94,10 @@ def _no_float32_autocast() -> None:
     def maybe_enable_amp(parallel_dims, mixed_precision_param: str, device_type: str):
         if mixed_precision_param == "float32" and not parallel_dims.fsdp_enabled:
             return contextlib.nullcontext()  # float32 is what computes without autocast
+        if parallel_dims.dp_replicate_enabled:
+            # replicas are FSDP2's HSDP at every shard degree (parallelize.fsdp_wraps), which casts the
+            # parameters itself; torchtitan's autocast is for its DDP, which BOOST never builds
+            return contextlib.nullcontext()
         return amp(parallel_dims, mixed_precision_param, device_type)
 
     maybe_enable_amp.boost_no_float32_autocast = True

@@ -61,7 +61,7 @@ class BoostOptions:
     """Replay each compiled block's forward and backward as CUDA graphs (inductor's cudagraph trees):
     the host issues one graph launch per block where it issued every kernel. A GPU's mechanism: on a
     CPU the blocks run as without it. Needs the compiled model (inductor), SimpleFSDP where FSDP wraps,
-    one micro-batch a step, no PP, DDP/HSDP, CPU offload or LORO."""
+    one micro-batch a step, no PP, HSDP (data-parallel replicas), CPU offload or LORO."""
 
     activation_checkpoint: str = "none"
     """none | full (torchtitan's whole-block AC) | lowrank (keep r-wide latents, recompute the rest)."""

@@ -77,7 +77,7 @@ CASES = [
         ["--boost.cudagraphs", "--compile.enable", "--parallelism.data_parallel_replicate_degree", "2"],
         2,
         "boost.cudagraphs = True: CUDA graphs are not built for parallelism.data_parallel_replicate_degree > 1 "
-        "(DDP, HSDP) here",
+        "(HSDP) here",
     ),
     (
         ["--boost.cudagraphs", "--compile.enable", "--training.enable_cpu_offload"],

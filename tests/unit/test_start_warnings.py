@@ -91,6 +91,15 @@ def test_float32_gets_no_autocast_and_no_word_and_bf16_its_autocast(caplog):
     assert isinstance(amp, torch.autocast) and amp.fast_dtype == torch.bfloat16
 
 
+def test_data_parallel_replicas_compute_in_fsdp2s_precision_not_under_autocast():
+    # replicas are HSDP at a shard degree of 1 (torchtitan's fsdp_enabled is False there): FSDP2 casts the
+    # parameters, and autocast on top would compute another function than the sharded layouts'
+    install()
+    replicas = ParallelDims(dp_replicate=2, dp_shard=1, cp=1, tp=1, pp=1, ep=1, etp=1, world_size=2)
+    for precision in ("float32", "bfloat16"):
+        assert isinstance(dist_utils.maybe_enable_amp(replicas, precision, "cpu"), contextlib.nullcontext)
+
+
 def test_a_cpu_rank_drops_nccls_variable_before_torchtitan_reads_it(monkeypatch):
     from torchtitan_ext.cpu import on_cpu
 

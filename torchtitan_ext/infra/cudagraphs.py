@@ -6,7 +6,7 @@ a time), with inductor's ``triton.cudagraphs`` on: its cudagraph trees record ea
 first runs and replay it afterwards, one tree for the blocks' forwards and backwards in a step. What the
 validation (``boost.training.rules.cudagraphs_problem``) refuses is what a replay cannot hold: weights
 that move (FSDP2 gathers into new memory every step; SimpleFSDP gathers inside the graphs), outputs
-still held when their graph replays (a second micro-batch, a pipeline schedule, DDP's buckets).
+still held when their graph replays (a second micro-batch, a pipeline schedule, HSDP's replica all-reduce).
 
 Nothing falls back silently on a GPU: a compiled block inductor would run without CUDA graphs (an op a
 graph cannot capture, a mutated input) stops the run naming why (``cudagraphs_or_error``). On a CPU

@@ -1,7 +1,9 @@
 """torchtitan's parallelize function for BOOST models: TP/BTP -> CP -> activation checkpointing -> compile -> FSDP2.
 
 The order and the compile/AC code are torchtitan's (llama3); the tensor-parallel plan is BOOST's, and
-so is one FSDP2 argument: where a batched up-projection is sharded (``shard_placement``).
+so is one FSDP2 argument: where a batched up-projection is sharded (``shard_placement``), and so is where
+FSDP2 wraps (``fsdp_wraps``): data-parallel replicas are its HSDP at every shard degree, never torchtitan's
+DDP, which averages the gradients of a loss already divided by the global token count.
 """
 
 from __future__ import annotations
@@ -18,11 +20,7 @@ from torch.distributed.tensor import DTensor, Shard
 from torchtitan.config import TORCH_DTYPE_MAP
 from torchtitan.distributed import ParallelDims
 from torchtitan.distributed.activation_checkpoint import apply_ac
-from torchtitan.models.llama3.infra.parallelize import (
-    apply_compile,
-    apply_ddp,
-    disable_fsdp_gradient_division,
-)
+from torchtitan.models.llama3.infra.parallelize import apply_compile, disable_fsdp_gradient_division
 from torchtitan.tools.logging import logger
 
 import boost.training.parallel
@@ -121,8 +119,6 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
                 if isinstance(module, FSDPModule):
                     module.set_force_sum_reduction_for_comms(True)
         logger.info("Applied %s to the model", "HSDP" if parallel_dims.dp_replicate_enabled else "FSDP")
-    elif parallel_dims.dp_replicate_enabled:
-        apply_ddp(model, parallel_dims.get_mesh("dp_replicate"), enable_compile=compile_model)
     precision = compute_precision(parallel_dims, job_config.training.mixed_precision_param, cfg.fsdp)
     logger.info("BOOST computes in %s", precision)
     if not parallel_dims.fsdp_enabled and fsdp_for_precision(
@@ -170,9 +166,10 @@ def fsdp_for_precision(parallel_dims: ParallelDims, mixed_precision_param: str) 
 
 
 def fsdp_wraps(parallel_dims: ParallelDims, mixed_precision_param: str) -> bool:
-    """Whether FSDP wraps the model: for data parallelism, or for its mixed precision at degree 1
-    (``boost.training.rules.fsdp_wraps``)."""
+    """Whether FSDP wraps the model: for data parallelism (replicas included: HSDP, never DDP), or for its
+    mixed precision at degree 1 (``boost.training.rules.fsdp_wraps``)."""
     return rules.fsdp_wraps(
+        dp_replicate=parallel_dims.dp_replicate,
         dp_shard=parallel_dims.dp_shard,
         cp=parallel_dims.cp,
         tp=parallel_dims.tp,
@@ -191,9 +188,9 @@ def compute_precision(
     wrapper = "FSDP2" if fsdp == "fully_shard" else "SimpleFSDP"
     if parallel_dims.fsdp_enabled:
         return f"{mixed_precision_param} ({wrapper})"
-    if fsdp_for_precision(parallel_dims, mixed_precision_param):
+    if fsdp_wraps(parallel_dims, mixed_precision_param):  # replicas (HSDP), or TP/PP's precision
         return f"{mixed_precision_param} ({wrapper}, shard degree 1)"
-    return f"{mixed_precision_param} (torchtitan's autocast: one device or DDP)"
+    return f"{mixed_precision_param} (torchtitan's autocast: one device)"
 
 
 def shard_placement(shard_degree: int) -> Callable[[nn.Parameter], Shard | None]:

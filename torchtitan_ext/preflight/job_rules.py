@@ -96,6 +96,7 @@ class JobContext:
         """Whether FSDP wraps the model (``boost.training.rules.fsdp_wraps``)."""
         par = self.job.parallelism
         return rules.fsdp_wraps(
+            dp_replicate=par.data_parallel_replicate_degree,
             dp_shard=self.dp // max(1, par.data_parallel_replicate_degree),
             cp=par.context_parallel_degree,
             tp=self.tp,
@@ -666,7 +667,7 @@ RULES: tuple[Rule, ...] = (
     # after the degrees and the batch it reads are checked
     Rule(
         "boost.cudagraphs",
-        "compiled (inductor), SimpleFSDP where FSDP wraps, one micro-batch, no PP, DDP/HSDP, CPU offload or LORO",
+        "compiled (inductor), SimpleFSDP where FSDP wraps, one micro-batch, no PP, HSDP, CPU offload or LORO",
         lambda c: rules.cudagraphs_problem(
             c.boost.cudagraphs,
             compiled=c.compiled_model,

@@ -35,7 +35,7 @@ def cudagraphs_problem(
     addresses: FSDP2 gathers each block's weights into new memory every step, outside the graphs
     (SimpleFSDP gathers inside them). Each replay reuses its outputs' memory: a second micro-batch's
     backward would overwrite the first one's gradients, which gradient accumulation, a pipeline
-    schedule or DDP's buckets still hold.
+    schedule or HSDP's replicas' all-reduce still hold.
 
     Example::
 
@@ -50,15 +50,9 @@ def cudagraphs_problem(
             'CUDA graphs are inductor\'s, over the compiled blocks: set compile.enable with "model" in '
             'compile.components and compile.backend = "inductor", or boost.cudagraphs = false'
         )
-    if fsdp_wraps and fsdp == "fully_shard":
-        return (
-            "FSDP2 gathers each block's weights into new memory every step, outside the compiled graphs, "
-            'where a CUDA graph replays fixed addresses: set boost.fsdp = "simple_fsdp" (gathers inside '
-            "the graphs), or boost.cudagraphs = false"
-        )
     refused = {
         "parallelism.pipeline_parallel_degree > 1": pp > 1,
-        "parallelism.data_parallel_replicate_degree > 1 (DDP, HSDP)": dp_replicate > 1,
+        "parallelism.data_parallel_replicate_degree > 1 (HSDP)": dp_replicate > 1,
         f"{microbatches} micro-batches a step (training.global_batch_size over local_batch_size × "
         "the data-parallel degree)": microbatches > 1,
         "training.enable_cpu_offload": cpu_offload,
@@ -70,4 +64,10 @@ def cudagraphs_problem(
                 f"CUDA graphs are not built for {what} here (each replay reuses the memory of the last "
                 "one's outputs): set boost.cudagraphs = false"
             )
+    if fsdp_wraps and fsdp == "fully_shard":
+        return (
+            "FSDP2 gathers each block's weights into new memory every step, outside the compiled graphs, "
+            'where a CUDA graph replays fixed addresses: set boost.fsdp = "simple_fsdp" (gathers inside '
+            "the graphs), or boost.cudagraphs = false"
+        )
     return None

@@ -1,5 +1,5 @@
-"""Data parallelism: its degree, whether FSDP wraps the model (sharding, or the precision TP and PP ask
-for), FSDP's reshard policy, and what torchtitan's SimpleFSDP (``boost.fsdp = "simple_fsdp"``) needs.
+"""Data parallelism: its degree, whether FSDP wraps the model (sharding, replicas, or the precision TP and
+PP ask for), FSDP's reshard policy, and what torchtitan's SimpleFSDP (``boost.fsdp = "simple_fsdp"``) needs.
 
 Example::
 
@@ -92,17 +92,28 @@ def fsdp_for_precision(*, tp: int, pp: int, mixed_precision_param: str) -> bool:
     return (tp > 1 or pp > 1) and mixed_precision_param != "float32"
 
 
-def fsdp_wraps(*, dp_shard: int, cp: int, tp: int, pp: int, mixed_precision_param: str) -> bool:
-    """Whether FSDP wraps the model: data parallelism that shards (torchtitan's ``fsdp_enabled``: dp_shard
-    or CP above 1), or the mixed precision of TP/PP at a shard degree of 1 (``fsdp_for_precision``).
+def fsdp_wraps(
+    *, dp_replicate: int, dp_shard: int, cp: int, tp: int, pp: int, mixed_precision_param: str
+) -> bool:
+    """Whether FSDP wraps the model: data parallelism (dp_replicate, dp_shard or CP above 1), or the mixed
+    precision of TP/PP at a shard degree of 1 (``fsdp_for_precision``).
+
+    Replicas are FSDP2's HSDP, mesh ``(dp_replicate, dp_shard × cp)``, at every shard degree, 1 included;
+    never torchtitan's DDP (its ``apply_ddp`` where only dp_replicate is above 1). The loss is divided by
+    the global token count and FSDP2's gradient division is off, so the replicas' gradients must be
+    summed: DDP averages them, 1/dp_replicate of the gradient (pytorch/torchtitan#2323), and is built for
+    no TP or PP beside it.
 
     Example::
 
-        >>> fsdp_wraps(dp_shard=1, cp=1, tp=4, pp=1, mixed_precision_param="float32")
+        >>> fsdp_wraps(dp_replicate=1, dp_shard=1, cp=1, tp=4, pp=1, mixed_precision_param="float32")
         False
+        >>> fsdp_wraps(dp_replicate=2, dp_shard=1, cp=1, tp=1, pp=1, mixed_precision_param="float32")
+        True
     """
     return (
-        dp_shard > 1
+        dp_replicate > 1
+        or dp_shard > 1
         or cp > 1
         or fsdp_for_precision(tp=tp, pp=pp, mixed_precision_param=mixed_precision_param)
     )
