@@ -95,6 +95,17 @@ def test_memory_model_under_pipeline_parallelism_is_near_the_measured_h100_peak(
     assert 0.95 * measured <= modeled <= 1.10 * measured, modeled
 
 
+def test_memory_model_counts_no_fsdp_buffers_where_fsdp_does_not_wrap():
+    # TP × PP in float32 at a shard degree of 1: torchtitan trains it without FSDP (rules.fsdp_wraps), so
+    # nothing is gathered and no reduce-scatter input exists; in bf16 FSDP2 wraps it for the precision
+    layout = dict(micro_batch=1, seq_len=4096, num_microbatches=8, workspace_bytes=0, breakdown=True)
+    fp32 = memory_per_gpu("13B", "btp", 4, 2, 1, "lowrank", dtype_bytes=4, **layout)
+    bf16 = memory_per_gpu("13B", "btp", 4, 2, 1, "lowrank", dtype_bytes=2, **layout)
+    assert fp32["unsharded"] == 0 and bf16["unsharded"] > 0
+    # sharded over data-parallel ranks, FSDP2 wraps in float32 too
+    assert memory_per_gpu("13B", "btp", 4, 2, 2, "lowrank", dtype_bytes=4, **layout)["unsharded"] > 0
+
+
 # The trainer's 1B on one H200 (torch 2.11, compiled, autocast, AC none: the 1B TOML's since 2026-11-28;
 # bench/results/gpu.md, 2026-11-28): without AC, LaX keeps its crossings' tensors in every layer
 # (peak_memory.LAX_CROSSING_KEPT_BYTES, fitted on the LaX row: without it the model was 11.7% under).

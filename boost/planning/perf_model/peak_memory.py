@@ -16,9 +16,10 @@ unsharded           under FSDP2: ``2·dtype·P_layer / tp`` for the all-gathered
                     4·V·d / tp``: every layer's gathered weights held from its forward to its
                     backward, and the head's fp32 gradient;
                     and ``(dtype + 4)·P_layer / tp`` in a layer's backward: its unsharded gradient in
-                    the compute dtype and FSDP2's fp32 reduce-scatter input. FSDP2 wraps every layout
-                    but one device (tp = pp = dp = 1, where torchtitan's autocast casts in place, and
-                    the gradients are the fp32 ones of ``states``): there this term is 0
+                    the compute dtype and FSDP2's fp32 reduce-scatter input. Where FSDP2 does not wrap
+                    (``boost.training.rules.fsdp_wraps``: one device, where torchtitan's autocast casts
+                    in place, or TP/PP in float32 at a shard degree of 1; the gradients are the fp32
+                    ones of ``states``) this term is 0
 activations         ``(L · in_flight · a_keep + a_layer) · ACTIVATION_CALIBRATION`` with
                     ``in_flight = min(m, pp)`` micro-batches held by the first 1F1B stage;
                     ``a_layer`` = the full per-layer activations (one layer live in backward, or
@@ -83,7 +84,7 @@ import math
 
 from boost.planning.comm_volume import attention_kv_width
 from boost.planning.perf_model.step_time import args_params, block_gemms, model_args
-from boost.training.rules import AC_MODES, KINDS, SCHEMES, context_parallel_path
+from boost.training.rules import AC_MODES, KINDS, SCHEMES, context_parallel_path, fsdp_wraps
 
 GIB = 2**30
 WORKSPACE_BYTES = GIB
@@ -154,14 +155,18 @@ def memory_per_gpu(
         raise ValueError(f"unknown activation_checkpoint {ac!r}; choose one of {AC_MODES}")
     args = model_args(flavor, scheme, vocab_size, linear, rank)
     T = micro_batch * seq_len // cp
+    # whether FSDP2 wraps the model at all: the runtime's rule (no FSDP: nothing gathered, no reduce-scatter
+    # input; one device, or TP/PP in float32 at a shard degree of 1)
+    precision = "bfloat16" if dtype_bytes == 2 else "float32"
+    wraps = fsdp_wraps(dp_replicate=1, dp_shard=dp, cp=cp, tp=tp, pp=pp, mixed_precision_param=precision)
     dp = dp * cp  # FSDP's mesh: dp_shard × cp
     layers = math.ceil(args.n_layers / pp)
     params = args_params(args)
     layer_params = (params - 2 * args.dim * vocab_size) / args.n_layers
     # the first stage holds the embedding, the last the head; without PP one rank holds both
     params_stage = layer_params * layers + (2 if pp == 1 else 1) * args.dim * vocab_size
-    if tp == pp == dp == 1:
-        unsharded = 0.0  # one device: no FSDP2, autocast casts each weight where it is used
+    if not wraps:
+        unsharded = 0.0  # no FSDP2: autocast casts each weight where it is used, or float32 computes as is
     elif pp > 1 and num_microbatches > 1:
         # torch's pipeline schedule neither reshards nor reduce-scatters between micro-batches: the
         # stage's weights stay gathered, and its gradients unsharded (fp32), for the whole step; at an
@@ -175,7 +180,7 @@ def memory_per_gpu(
         # the layer in use and the next one (FSDP prefetch); the embedding or head with its unsharded
         # fp32 gradient, together in that unit's backward (V·d/tp: as large as a layer at 1B, tp 1)
         unsharded = 2 * dtype_bytes * layer_params / tp + (dtype_bytes + 4) * args.dim * vocab_size / tp
-    if not tp == pp == dp == 1:
+    if wraps:
         # a layer's backward: its unsharded gradient, and FSDP2's fp32 reduce-scatter input beside it
         unsharded += (dtype_bytes + 4) * layer_params / tp
     record = SCHEMES[scheme]
