@@ -1,7 +1,11 @@
-"""Prepared token folders made directly in tests, with the format's own writer (no ``boost.training.data.prepare``)."""
+"""Prepared token folders for tests: made directly, with the format's own writer, or by the user's command
+(``prepare_as_a_user``: ``python -m boost.training.data.prepare``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -58,3 +62,16 @@ def write_token_folder(
     if finished:
         write_manifest(folder, manifest)
     return manifest
+
+
+def prepare_as_a_user(corpus: Path, folder: Path, boost_cache: Path, *options: str) -> None:
+    """``python -m boost.training.data.prepare`` of ``corpus`` into ``folder`` with debug.toml's tokenizer
+    (the one ``tests/trainer.py``'s runs train with, in ``boost_cache``); ``options``: prepare's own."""
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, BOOST_CACHE=str(boost_cache))
+    prepare = [
+        sys.executable, "-m", "boost.training.data.prepare", "--config", "train_configs/debug.toml",
+        "--input", str(corpus), "--output", str(folder), *options,
+    ]  # fmt: skip
+    done = subprocess.run(prepare, cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -16,9 +16,6 @@ stage's replicas drifted apart.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,7 +24,8 @@ from boost.training.data.stdlib_corpus import stdlib_texts
 from boost.training.rules import pipeline_loss_rank
 from tests.end_to_end.test_feature_matrix import COMMON, RTOL, STEPS, assert_same_curve, grad_norms
 from tests.suite_once import once_per_suite
-from tests.trainer import ROOT, losses, train
+from tests.token_folders import prepare_as_a_user
+from tests.trainer import losses, train
 
 # the unpipelined and pipelined runs' gradient norms, as the feature matrix compares them: float32 sums
 # reassociated over ranks, printed to 4 decimals; a halved or drifting gradient is off by far more
@@ -57,13 +55,7 @@ def _prepare_tokens(folder: Path) -> Path:
     corpus = folder / "corpus.jsonl"
     corpus.write_text("".join(json.dumps({"text": t[:1000]}) + "\n" for t in stdlib_texts("train")[:40]))
     tokens = folder / "tokens"
-    env = dict(os.environ, BOOST_CACHE=str(folder.parent / "boost-cache"))
-    prepare = [
-        sys.executable, "-m", "boost.training.data.prepare", "--config", "train_configs/debug.toml",
-        "--input", str(corpus), "--output", str(tokens), "--workers", "1",
-    ]  # fmt: skip
-    done = subprocess.run(prepare, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
+    prepare_as_a_user(corpus, tokens, folder.parent / "boost-cache", "--workers", "1")
     return tokens
 
 

@@ -17,18 +17,16 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from boost.runtime.checkpoint_folder import read_bytes_item
 from boost.training.data.stdlib_corpus import stdlib_texts
 from boost.training.data.token_folder import read_manifest
-from tests.trainer import ROOT, losses, run_train, train
+from tests.token_folders import prepare_as_a_user
+from tests.trainer import losses, run_train, train
 from torchtitan_ext.data.token_checks import saved_token_position
 
 VOCAB = 2048  # debug.toml's offline tokenizer
@@ -54,13 +52,7 @@ def test_tokens_run_resumed_at_two_ranks_continues_the_global_order(tmp_path):
             )
     folder = tmp_path / "tokens"
     # the run's own tokenizer: tests/trainer.py points BOOST_CACHE at tmp_path.parent / "boost-cache"
-    env = dict(os.environ, BOOST_CACHE=str(tmp_path.parent / "boost-cache"))
-    prepare = [
-        sys.executable, "-m", "boost.training.data.prepare", "--config", "train_configs/debug.toml",
-        "--input", str(corpus), "--output", str(folder), "--validation-fraction", "0.4",
-    ]  # fmt: skip
-    done = subprocess.run(prepare, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
+    prepare_as_a_user(corpus, folder, tmp_path.parent / "boost-cache", "--validation-fraction", "0.4")
     manifest = read_manifest(folder, "training.dataset_path")
     windows = manifest.splits["train"].tokens // 65
     assert 4 <= windows < 16 and manifest.splits["validation"].tokens >= 8 * 65
