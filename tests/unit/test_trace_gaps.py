@@ -45,9 +45,13 @@ def test_a_cpu_step_is_the_hosts_time_split_by_phase(tmp_path: Path):
     step_ms = float(re.search(r"^# ProfilerStep#\d+: ([\d.]+) ms; no GPU activity", report, re.M).group(1))
     shares = _shares(report)
     assert {"optimizer", "grad norm", "autograd backward (eager op)", trace_gaps.BETWEEN_OPS} <= shares.keys()
-    # one thread: each op's own time, nested ops taken out once, adds up to the step
+    # one thread: each op's own time, nested ops taken out once, adds up to the step, to the table's rounding
+    # (each row to 0.01 ms: a step of 0.9 ms on a fast machine, 15 rows, summed to 0.83)
     assert "(each op's own time; 1 thread)" in report
-    assert abs(sum(shares.values()) - step_ms) <= 0.01 * step_ms + 0.05, (shares, step_ms)
+    assert abs(sum(shares.values()) - step_ms) <= 0.01 * step_ms + 0.005 * (len(shares) + 1), (
+        shares,
+        step_ms,
+    )
 
 
 def _x(name: str, cat: str, ts: float, dur: float, tid: int = 1, corr: int | None = None) -> dict:
