@@ -2,8 +2,9 @@
 
 Documents are framed and packed exactly as the trainer's validation packs them (torchtitan's
 ``HuggingFaceTextDataset``): ``[BOS] text [EOS]`` per document, concatenated, cut into consecutive
-windows of ``seq_len + 1`` tokens; each window scores its last ``seq_len`` tokens. So the loss here
-is the trainer's validation loss on the same split. Reported:
+windows of ``seq_len + 1`` tokens; each window scores its last ``seq_len`` tokens, attending as the run
+did (``boost.attn_mask_type``: under ``block_causal`` each token within its own document of the window,
+SDPA's mask of the trainer's). So the loss here is the trainer's validation loss on the same split. Reported:
 
 - ``loss``: mean next-token cross-entropy in nats, ``perplexity = exp(loss)``;
 - ``bits_per_byte``: the summed cross-entropy in bits over the UTF-8 bytes of the scored tokens
@@ -29,6 +30,7 @@ from tqdm import tqdm
 
 from boost.training.data.local_files import read_local_corpus  # the trainer's readers, not copies
 from boost.training.data.stdlib_corpus import stdlib_texts
+from boost.training.model.attention import KERNELS
 from boost.training.model.model import Transformer
 
 
@@ -86,8 +88,10 @@ def score(
     batch_size: int = 8,
     max_tokens: int | None = None,
     progress: bool = True,
+    eos_id: int | None = None,
 ) -> Score:
-    """Cross-entropy of ``model`` on the windows, ``batch_size`` at a time, up to ``max_tokens`` scored tokens.
+    """Cross-entropy of ``model`` on the windows, ``batch_size`` at a time, up to ``max_tokens`` scored tokens,
+    masked as the model's ``attn_mask_type`` says (``block_causal``: documents end at ``eos_id``).
 
     Example::
 
@@ -99,6 +103,9 @@ def score(
         >>> s.tokens
         256
     """
+    mask_type = model.model_args.attn_mask_type
+    if mask_type != "causal" and eos_id is None:
+        raise ValueError(f"attn_mask_type = {mask_type!r} splits windows into documents at EOS: pass eos_id")
     nll, tokens, n_bytes = 0.0, 0, 0
     total = max_tokens
     if isinstance(windows, list) and windows:  # a known amount of work: the bar shows the remaining time
@@ -109,7 +116,8 @@ def score(
     def flush() -> None:
         nonlocal nll, tokens, n_bytes
         ids = torch.tensor(batch)
-        logits = model(ids[:, :-1])
+        masks = KERNELS["sdpa"].masks(ids[:, :-1], mask_type, eos_id)  # None for causal: SDPA's is_causal
+        logits = model(ids[:, :-1], attention_masks=masks)
         labels = ids[:, 1:]
         # Summed in float64: the same total whatever the batching or process count.
         nll += (
@@ -190,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         documents = (run.tokenizer.encode(t) + eos for t in texts)
         result = score(
             run.model, list(packed_windows(documents, seq_len)), token_byte_lengths(run.tokenizer),
-            ns.batch_size, ns.max_tokens, progress=rank == 0,
+            ns.batch_size, ns.max_tokens, progress=rank == 0, eos_id=run.tokenizer.eos_id,
         )  # fmt: skip
         if rank == 0:
             print(f"{run.checkpoint} on {name}, seq_len {seq_len}: {result}")

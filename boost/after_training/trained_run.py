@@ -5,7 +5,10 @@ from a DCP checkpoint (a ``step-N`` folder torchtitan wrote), with no process gr
 
 - the TOML is read with ``tomllib``: ``model.flavor`` and ``boost.linear`` give the architecture;
   rank, vocabulary, layer count and grouping are read from the checkpoint's own tensor shapes and
-  checked against the flavor, so a checkpoint from another config is refused with both names;
+  checked against the flavor, so a checkpoint from another config is refused with both names; what
+  the shapes do not say (LaX's gate, the MLP's activation) is read from the checkpoint's record of its
+  model (``boost_model.json``), else from the TOML's ``[boost]`` section over the trainer's defaults
+  (``BoostOptions``); the attention mask (``boost.attn_mask_type``) from the TOML, as the run attended;
 - the checkpoint is the newest intact ``step-N`` under ``job.dump_folder/checkpoint.folder`` (the
   trainer's own rule, ``boost.runtime.checkpoint_folder``, which also refuses a ``.metadata`` that would
   unpickle anything beyond DCP's records), or the step number or folder given;
@@ -22,6 +25,7 @@ Example::
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +33,7 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 
-from boost.runtime.checkpoint_folder import choose_checkpoint, inspect_checkpoint
+from boost.runtime.checkpoint_folder import choose_checkpoint, inspect_checkpoint, read_model_identity
 from boost.training.data.run_tokenizer import (
     RunError,
     TextTokenizer,
@@ -39,6 +43,7 @@ from boost.training.data.run_tokenizer import (
 )
 from boost.training.model.args import FLAVORS, ModelArgs
 from boost.training.model.model import Transformer, rope_cache
+from boost.training.options import BoostOptions
 from boost.training.rules import KINDS, LINEAR_KINDS
 
 
@@ -95,17 +100,30 @@ def _model_prefix(shapes: dict[str, torch.Size]) -> str:
 
 
 def model_args_from_run(
-    config: dict, shapes: dict[str, torch.Size], source: str, max_seq_len: int | None = None
+    config: dict,
+    shapes: dict[str, torch.Size],
+    source: str,
+    max_seq_len: int | None = None,
+    identity: dict | None = None,
 ) -> ModelArgs:
-    """``ModelArgs`` of a run: architecture from the TOML, sizes from the checkpoint, each checked against the other."""
+    """``ModelArgs`` of a run: architecture from the TOML, sizes from the checkpoint, each checked against the
+    other; ``identity``: the checkpoint's record of its model (``boost_model.json``), where it has one."""
     flavor = config.get("model", {}).get("flavor")
     if flavor not in FLAVORS:
         raise RunError(
             f"{source}: model.flavor = {flavor!r} is not a BOOST flavor; choose one of {sorted(FLAVORS)}"
         )
-    linear = config.get("boost", {}).get("linear", ModelArgs.linear)
+    # the run's [boost] section over the trainer's defaults (torchtitan_ext.config merges BoostOptions alike)
+    boost = {**dataclasses.asdict(BoostOptions()), **config.get("boost", {})}
+    linear = boost["linear"]
     if linear not in LINEAR_KINDS:
         raise RunError(f"{source}: boost.linear = {linear!r} is unknown; choose one of {LINEAR_KINDS}")
+    recorded = identity or {}
+    if recorded.get("linear", linear) != linear:
+        raise RunError(
+            f"{source}: boost.linear = {linear!r} but the checkpoint holds a {recorded['linear']!r} model; "
+            "pass the TOML this run was trained with"
+        )
     p = _model_prefix(shapes)
     vocab_size, dim = shapes[f"{p}tok_embeddings.weight"]
     n_layers = len({k.split(".")[1 + p.count(".")] for k in shapes if k.startswith(f"{p}layers.")})
@@ -115,10 +133,12 @@ def model_args_from_run(
             f"{source}: boost.linear = {linear!r} but the checkpoint holds a {'low-rank' if low_rank else 'dense'} "
             "model; pass the TOML this run was trained with"
         )
-    # not in the weights' shapes: the run's [boost] section, else the flavor's
+    # not in the weights' shapes: the checkpoint's record, else the run's [boost] section as the trainer read it
     overrides = {
         "n_layers": n_layers,
-        "only_lr_act": config.get("boost", {}).get("only_lr_act", FLAVORS[flavor].only_lr_act),
+        "only_lr_act": recorded.get("only_lr_act", boost["only_lr_act"]),
+        "lax_gate": recorded.get("lax_gate", boost["lax_gate"]),
+        "attn_mask_type": boost["attn_mask_type"],  # how the run attended (sdpa here: a CPU computes it)
     }
     if low_rank:
         overrides["rank"] = shapes[f"{p}layers.0.attention.wo.down.weight"][0]
@@ -144,7 +164,11 @@ def load_checkpoint_model(
 ) -> Transformer:
     """A ``Transformer`` holding the model weights of the DCP checkpoint at ``path`` (no process group)."""
     shapes = _tensor_shapes(path)
-    args = model_args_from_run(config, shapes, source, max_seq_len)
+    try:
+        identity = read_model_identity(path)
+    except ValueError as e:
+        raise RunError(str(e)) from None
+    args = model_args_from_run(config, shapes, source, max_seq_len, identity)
     with torch.device("meta"):
         model = Transformer(args)
     model.to_empty(device="cpu")

@@ -24,6 +24,7 @@ reason; nothing is deleted or overwritten.
 from __future__ import annotations
 
 import io
+import json
 import pickle
 import re
 from pathlib import Path
@@ -169,3 +170,23 @@ def choose_checkpoint(folder: Path) -> tuple[int | None, list[tuple[int, str]]]:
             return step, skipped
         skipped.append((step, reason))
     return None, skipped
+
+
+# What model a checkpoint holds, beside its weights (written by torchtitan_ext.guards.checkpoint_identity,
+# read by the resume guard and the after-training tools)
+MODEL_IDENTITY_FILE = "boost_model.json"
+
+
+def read_model_identity(checkpoint: Path) -> dict | None:
+    """The model identity recorded in ``checkpoint`` (its ``boost_model.json``); ``None`` for a checkpoint
+    that records none (written before BOOST recorded one); ``ValueError`` for a damaged one."""
+    path = checkpoint / MODEL_IDENTITY_FILE
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())["model"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(
+            f"{path} is not a BOOST model identity ({type(e).__name__}: {e}); restore it or "
+            "delete it to resume unchecked"
+        ) from None

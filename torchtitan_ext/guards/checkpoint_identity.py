@@ -29,11 +29,13 @@ import os
 from importlib import metadata
 from pathlib import Path
 
+from boost.runtime.checkpoint_folder import MODEL_IDENTITY_FILE, read_model_identity
 from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
 from boost.training.model.args import FLAVORS, ModelArgs
 from boost.training.rules import KINDS, MODEL_NAME, norm_is_shard_local
 
-IDENTITY_FILE = "boost_model.json"
+IDENTITY_FILE = MODEL_IDENTITY_FILE
+read_identity = read_model_identity  # the one reader, the library's (boost.after_training reads it too)
 
 # ModelArgs fields that do not change the weights a checkpoint holds: max_seq_len only sizes the RoPE table
 # (a buffer rebuilt at start, never saved), init_seed only draws the initial weights, and the attention
@@ -129,20 +131,6 @@ def write_identity(checkpoint: Path, identity: dict, step: int) -> None:
     tmp = checkpoint / f".{IDENTITY_FILE}.tmp"
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     os.replace(tmp, checkpoint / IDENTITY_FILE)
-
-
-def read_identity(checkpoint: Path) -> dict | None:
-    """The model identity recorded in ``checkpoint``; ``None`` for a checkpoint that records none."""
-    path = checkpoint / IDENTITY_FILE
-    if not path.is_file():
-        return None
-    try:
-        return json.loads(path.read_text())["model"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(
-            f"{path} is not a BOOST model identity ({type(e).__name__}: {e}); restore it or "
-            "delete it to resume unchecked"
-        ) from None
 
 
 def identity_differences(saved: dict, wanted: dict) -> list[tuple[str, object, object]]:

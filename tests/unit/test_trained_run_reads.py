@@ -1,0 +1,102 @@
+"""What ``trained_run`` reads where a checkpoint's shapes do not say it: LaX's gate and the MLP's activation
+from the checkpoint's record of its model (``boost_model.json``), else from the TOML over the trainer's own
+defaults; the attention mask from the TOML, which ``evaluate`` scores with as the run attended.
+
+Hand-made DCP checkpoints of the debug flavor (``dcp.save`` without a process group), as in
+``test_trained_run_refusals.py``."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+
+from boost.after_training.evaluate import packed_windows, score
+from boost.after_training.trained_run import load_checkpoint_model, model_args_from_run
+from boost.runtime.checkpoint_folder import MODEL_IDENTITY_FILE
+from boost.training.model import ModelArgs, Transformer
+from boost.training.model.attention import block_causal_mask
+from boost.training.options import BoostOptions
+
+pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
+
+VOCAB = 64
+
+
+def _trained(folder: Path, **fields) -> Transformer:
+    """A debug-flavor model with ``fields``, saved as a ``step-1`` checkpoint in ``folder``."""
+    torch.manual_seed(0)
+    model = Transformer(ModelArgs.from_flavor("debug", vocab_size=VOCAB, max_seq_len=16, **fields)).eval()
+    dcp.save(model.state_dict(), checkpoint_id=folder, no_dist=True)
+    return model
+
+
+def _config(**boost) -> dict:
+    return {"model": {"flavor": "debug"}, "boost": boost, "training": {"seq_len": 16}}
+
+
+@pytest.mark.parametrize("gate", ["linear", "none"])
+def test_a_lax_run_loads_with_its_gate_from_the_toml_or_the_checkpoints_record(tmp_path, gate):
+    # the gate's weights have other names and shapes per gate: built with the default gate, the run's
+    # checkpoint lacked tensors and generate, evaluate and export refused it
+    tokens = torch.randint(0, VOCAB, (2, 12), generator=torch.Generator().manual_seed(1))
+    trained = _trained(tmp_path / "step-1", linear="lax", lax_gate=gate)
+    with torch.no_grad():
+        want = trained(tokens)
+    from_toml = load_checkpoint_model(tmp_path / "step-1", _config(linear="lax", lax_gate=gate), "run.toml")
+    # a TOML without the line (run with --boost.lax_gate): the checkpoint's record says it
+    (tmp_path / "step-1" / MODEL_IDENTITY_FILE).write_text(
+        json.dumps({"model": {"linear": "lax", "lax_gate": gate, "only_lr_act": True}})
+    )
+    from_record = load_checkpoint_model(tmp_path / "step-1", _config(linear="lax"), "run.toml")
+    for model in (from_toml, from_record):
+        assert model.model_args.lax_gate == gate
+        with torch.no_grad():
+            torch.testing.assert_close(model(tokens), want, rtol=0, atol=0)
+
+
+def test_the_mlps_activation_is_the_trainers_default_or_the_checkpoints_record():
+    # 60M's flavor keeps SwiGLU's SiLU (only_lr_act false), but the trainer takes boost.only_lr_act, whose
+    # default is true: a TOML without the line trained with true; the record, where there is one, decides
+    with torch.device("meta"):
+        shapes = {
+            k: v.shape
+            for k, v in Transformer(ModelArgs.from_flavor("60M", vocab_size=VOCAB)).state_dict().items()
+        }
+    config = {"model": {"flavor": "60M"}, "boost": {"linear": "cola"}}
+    assert model_args_from_run(config, shapes, "run.toml").only_lr_act is BoostOptions().only_lr_act is True
+    recorded = model_args_from_run(
+        config, shapes, "run.toml", identity={"linear": "cola", "only_lr_act": False}
+    )
+    assert recorded.only_lr_act is False
+
+
+def test_a_block_causal_run_is_scored_within_each_document(tmp_path):
+    # evaluate's loss is the trainer's validation loss: a block_causal run attended within documents
+    eos = 3
+    trained = _trained(tmp_path / "step-1", linear="cola")
+    model = load_checkpoint_model(
+        tmp_path / "step-1", _config(linear="cola", attn_mask_type="block_causal"), "r"
+    )
+    assert model.model_args.attn_mask_type == "block_causal"
+    ids = torch.randint(4, VOCAB, (33,), generator=torch.Generator().manual_seed(2)).tolist()
+    ids[10] = ids[22] = eos  # three documents in the window
+    windows = list(packed_windows([ids], seq_len=16))
+    lengths = torch.ones(VOCAB, dtype=torch.long)
+    got = score(model, windows, lengths, progress=False, eos_id=eos)
+    with torch.no_grad():
+        batch = torch.tensor(windows)
+        logits = trained(batch[:, :-1], attention_masks=block_causal_mask(batch[:, :-1], eos))
+        want = torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten()).item()
+        causal = torch.nn.functional.cross_entropy(
+            trained(batch[:, :-1]).flatten(0, 1), batch[:, 1:].flatten()
+        )
+    assert math.isclose(got.loss, want, rel_tol=1e-6) and not math.isclose(
+        got.loss, causal.item(), rel_tol=1e-4
+    )
+    with pytest.raises(ValueError, match="pass eos_id"):
+        score(model, windows, lengths, progress=False)
