@@ -26,6 +26,7 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,7 @@ from boost.training.data.run_tokenizer import (
 from boost.training.model.args import FLAVORS, ModelArgs
 from boost.training.model.model import Transformer, rope_cache
 from boost.training.options import BoostOptions
-from boost.training.rules import KINDS, LINEAR_KINDS
+from boost.training.rules import KINDS, LINEAR_KINDS, shard_local_degree
 
 
 @dataclass
@@ -210,6 +211,9 @@ def load_run(
     config = read_toml(config_toml)
     path = find_checkpoint(config, checkpoint)
     model = load_checkpoint_model(path, config, str(config_toml), max_seq_len)
+    identity = read_model_identity(path)  # read and checked by load_checkpoint_model
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))  # shard_for_inference's processes
+    config.setdefault("boost", {})["norm"] = inference_norm(config, identity, world_size, str(path))
     tokenizer = load_tokenizer(tokenizer_dir or run_tokenizer_dir(config))
     if tokenizer.vocab_size != model.model_args.vocab_size:
         raise RunError(
@@ -219,16 +223,39 @@ def load_run(
     return TrainedRun(model, tokenizer, path, config)
 
 
+def inference_norm(config: dict, identity: dict | None, world_size: int, source: str) -> str:
+    """The ``boost.norm`` inference shards with: as the checkpoint records its pre-norms (shard-local over its
+    TP degree, or exact), else the TOML's. A shard-local run is a different model for each TP degree: on
+    another number of processes it is refused, naming the one it needs.
+
+    Example::
+
+        >>> inference_norm({"boost": {"norm": "local"}}, {"rms_norm": "exact"}, 2, "step-9")  # trained at tp 1
+        'online'
+    """
+    norm = config.get("boost", {}).get("norm", BoostOptions.norm)
+    if identity is None or "rms_norm" not in identity:
+        return norm  # a checkpoint that records none: the TOML's, as the run was started
+    degree = shard_local_degree(identity["rms_norm"])
+    if degree is None:
+        return "online" if norm == "local" else norm  # exact: any exact mode computes it
+    if degree != world_size:
+        raise RunError(
+            f"{source}: trained with boost.norm = 'local' over {degree} tensor-parallel ranks, a different model "
+            f"for each TP degree; run it on {degree} processes (torchrun --nproc_per_node {degree}), not {world_size}"
+        )
+    return "local"
+
+
 def shard_for_inference(model: Transformer, config: dict) -> int:
     """Shard ``model`` over all processes (``torchrun --nproc_per_node T``, or an initialised group); return the rank.
 
     BTP for every low-rank kind (whatever scheme the run trained with: the weights are the same),
     Megatron for the dense one, on CPU processes with gloo. Logits come back replicated (no
     loss-parallel), so every rank samples the same token from the same generator and scores the
-    same loss. With one process nothing is done.
+    same loss. With one process nothing is done. ``config``'s ``boost.norm``: ``load_run``'s, as the
+    checkpoint records the run's pre-norms (``inference_norm``).
     """
-    import os
-
     import torch.distributed as dist
 
     if not dist.is_initialized():

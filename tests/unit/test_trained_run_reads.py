@@ -16,8 +16,9 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from boost.after_training.evaluate import packed_windows, score
-from boost.after_training.trained_run import load_checkpoint_model, model_args_from_run
+from boost.after_training.trained_run import inference_norm, load_checkpoint_model, model_args_from_run
 from boost.runtime.checkpoint_folder import MODEL_IDENTITY_FILE
+from boost.training.data.run_tokenizer import RunError
 from boost.training.model import ModelArgs, Transformer
 from boost.training.model.attention import block_causal_mask
 from boost.training.options import BoostOptions
@@ -100,3 +101,34 @@ def test_a_block_causal_run_is_scored_within_each_document(tmp_path):
     )
     with pytest.raises(ValueError, match="pass eos_id"):
         score(model, windows, lengths, progress=False)
+
+
+def test_inference_normalises_as_the_checkpoint_records_and_refuses_another_tp_degree_for_local_norms():
+    # boost.norm = "local" under BTP at tp 4 is a different model for each TP degree: sharded over 2
+    # processes, or whole on one, inference computed another function and said nothing
+    local4 = {"rms_norm": "shard-local over 4 tensor-parallel ranks"}
+    assert inference_norm({"boost": {}}, local4, 4, "step-9") == "local"  # a TOML run with --boost.norm local
+    for world in (1, 2):
+        with pytest.raises(
+            RunError, match=r"over 4 tensor-parallel ranks.*run it on 4 processes .*not " + str(world)
+        ):
+            inference_norm({"boost": {"norm": "local"}}, local4, world, "step-9")
+    # recorded exact (local at tp 1 is the exact norm): sharded inference must not make it shard-local
+    assert inference_norm({"boost": {"norm": "local"}}, {"rms_norm": "exact"}, 2, "step-9") == "online"
+    assert inference_norm({"boost": {"norm": "sync"}}, {"rms_norm": "exact"}, 2, "step-9") == "sync"
+    assert inference_norm({"boost": {"norm": "local"}}, None, 2, "step-9") == "local"  # no record: the TOML's
+
+
+def test_load_run_refuses_a_shard_local_run_on_another_process_count(tmp_path, monkeypatch):
+    from boost.after_training.trained_run import load_run
+    from tests.trained_runs import make_run
+
+    toml = make_run(tmp_path, "cola")
+    (tmp_path / "checkpoint" / "step-3" / MODEL_IDENTITY_FILE).write_text(
+        json.dumps({"model": {"linear": "cola", "rms_norm": "shard-local over 2 tensor-parallel ranks"}})
+    )
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    with pytest.raises(RunError, match="run it on 2 processes"):
+        load_run(toml)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert load_run(toml).config["boost"]["norm"] == "local"  # what shard_for_inference then applies

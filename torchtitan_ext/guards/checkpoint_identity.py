@@ -32,7 +32,7 @@ from pathlib import Path
 from boost.runtime.checkpoint_folder import MODEL_IDENTITY_FILE, read_model_identity
 from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
 from boost.training.model.args import FLAVORS, ModelArgs
-from boost.training.rules import KINDS, MODEL_NAME, norm_is_shard_local
+from boost.training.rules import KINDS, MODEL_NAME, rms_norm_record
 
 IDENTITY_FILE = MODEL_IDENTITY_FILE
 read_identity = read_model_identity  # the one reader, the library's (boost.after_training reads it too)
@@ -82,10 +82,7 @@ def boost_version() -> str:
 def rms_norm_identity(job) -> str:
     """``online`` and ``sync`` compute the exact RMSNorm; ``local`` under BTP normalises each TP shard
     alone, a different model for each TP degree (so with it, the TP degree is identity)."""
-    tp = job.parallelism.tensor_parallel_degree
-    if norm_is_shard_local(job.boost.norm, job.boost.tp_scheme, tp):
-        return f"shard-local over {tp} tensor-parallel ranks"
-    return "exact"
+    return rms_norm_record(job.boost.norm, job.boost.tp_scheme, job.parallelism.tensor_parallel_degree)
 
 
 def model_identity(args: ModelArgs, job) -> dict:

@@ -12,6 +12,7 @@ Example::
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from boost.training.rules.kinds import DENSE_KIND, KINDS, LinearKind
@@ -169,6 +170,28 @@ def norm_is_shard_local(norm: str, tp_scheme: str, tp: int) -> bool:
     one for every TP degree. Only a scheme that shards the residual's hidden dim gives the norm a shard
     to read (vanilla and megatron keep it whole), so only there does ``norm = "local"`` change the model."""
     return norm == "local" and SCHEMES[tp_scheme].shards_residual and tp > 1
+
+
+def rms_norm_record(norm: str, tp_scheme: str, tp: int) -> str:
+    """How a run's pre-norms normalise, as a checkpoint records it (``boost_model.json``'s ``rms_norm``):
+    ``exact`` (online and sync compute the same function), or shard-local over its TP degree.
+
+    Example::
+
+        >>> rms_norm_record("local", "btp", 4), shard_local_degree(rms_norm_record("local", "btp", 4))
+        ('shard-local over 4 tensor-parallel ranks', 4)
+    """
+    return (
+        f"shard-local over {tp} tensor-parallel ranks"
+        if norm_is_shard_local(norm, tp_scheme, tp)
+        else "exact"
+    )
+
+
+def shard_local_degree(record: str | None) -> int | None:
+    """The TP degree a ``rms_norm_record`` says the norms were shard-local over; ``None`` for exact (or none)."""
+    found = re.fullmatch(r"shard-local over (\d+) tensor-parallel ranks", record or "")
+    return int(found.group(1)) if found else None
 
 
 AC_MODES = ("none", "full", "lowrank")
