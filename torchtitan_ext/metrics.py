@@ -144,6 +144,11 @@ class BoostMetricsProcessor(MetricsProcessor):
                 f"(rank {dist.get_rank() if dist.is_initialized() else 0}, one step from its first forward to "
                 f"the optimizer step{self._how_counted})"
             )
+        self.refuse_non_finite(step, grad_norm)
+
+    def refuse_non_finite(self, step: int, grad_norm: float) -> None:
+        """The non-finite guard on step ``step``'s gradient norm (``nonfinite_guard``), saying so in a dry run:
+        after each log step, and before a stop's checkpoint (``torchtitan_ext.train``)."""
         refuse_non_finite(step, grad_norm, dry_run=self._dry_run)
 
 

@@ -31,7 +31,6 @@ from torchtitan_ext.guards.checkpoint_identity import model_identity
 from torchtitan_ext.guards.checkpoint_manager import BoostCheckpointManager
 from torchtitan_ext.guards.graceful_stop import GracefulStop
 from torchtitan_ext.guards.launcher_watch import end_with_launcher
-from torchtitan_ext.guards.nonfinite_guard import refuse_non_finite
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.guards.step_hold import hold_at_step
 from torchtitan_ext.infra import cudagraphs
@@ -251,8 +250,7 @@ class BoostTrainer(Trainer):
         if self.step != self._start_step:
             # a stop lands on any step, not only on a log step whose gradient norm the guard has read: a
             # non-finite step must not reach the stop's checkpoint (every rank holds the same norm)
-            dry_run = self.job_config.comm.mode == DRY_RUN_COMM_MODE
-            refuse_non_finite(self.step, float(self._grad_norm), dry_run=dry_run)
+            self.metrics_processor.refuse_non_finite(self.step, float(self._grad_norm))
         if self.step == self._start_step:
             said = "before its first step: nothing new to save"
         elif self.checkpointer.save_at_stop(self.step):
