@@ -211,9 +211,14 @@ def write_tokenizer(
     if not source.is_file():
         raise FileNotFoundError(f"--tokenizer {tokenizer_dir} holds no tokenizer.json")
     config_file = tokenizer_dir / "tokenizer_config.json"
-    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    try:
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(
+            f"{config_file} is not valid JSON ({e}); restore it from the tokenizer's source"
+        ) from None
     tokenizer = Tokenizer.from_file(str(source))
-    bos, eos = config.get("bos_token"), config.get("eos_token")
+    bos, eos = _token_text(config.get("bos_token")), _token_text(config.get("eos_token"))
     bos_id = tokenizer.token_to_id(bos) if bos else None
     eos_id = tokenizer.token_to_id(eos) if eos else None
     if bos_id is not None:
@@ -231,3 +236,13 @@ def write_tokenizer(
     (path / "tokenizer_config.json").write_text(json.dumps(hf_config, indent=2))
     (path / "special_tokens_map.json").write_text(json.dumps({"bos_token": bos, "eos_token": eos}, indent=2))
     return bos_id, eos_id
+
+
+def _token_text(token: str | dict | None) -> str | None:
+    """A special token as ``tokenizer_config.json`` names it: a string, or transformers' serialised
+    ``AddedToken`` (``{"__type": "AddedToken", "content": "<s>", ...}``, as LLaMA 2's folders hold)."""
+    if isinstance(token, dict):
+        if not isinstance(token.get("content"), str):
+            raise ValueError(f"tokenizer_config.json: special token {token!r} has no 'content' string")
+        return token["content"]
+    return token

@@ -1,13 +1,15 @@
 """Export of every linear kind to a Hugging Face folder, with transformers itself as the client.
 
 Per kind: ``AutoModelForCausalLM.from_pretrained(..., trust_remote_code=True)`` gives BOOST's logits,
-greedy ``generate`` gives ``boost.after_training.generate``'s tokens, and ``load_hf`` round-trips bit-exactly; the
+greedy ``generate`` gives ``boost.after_training.generate``'s tokens, activation checkpointing keeps the gradients,
+and ``load_hf`` round-trips bit-exactly; the
 tokenizer loads as a fast tokenizer that frames text as the trainer did; ``pipeline`` runs; and the
 CLI exports straight from a run's DCP checkpoint.
 """
 
 import json
 import re
+import shutil
 
 import pytest
 import torch
@@ -15,6 +17,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from boost.after_training.generate import sample  # noqa: E402
+from boost.after_training.hf_folder import write_tokenizer  # noqa: E402
 from boost.after_training.interop import load_hf, save_hf  # noqa: E402
 from boost.after_training.interop.cli import main  # noqa: E402
 from boost.after_training.trained_run import load_run  # noqa: E402
@@ -73,6 +76,30 @@ def test_transformers_reproduces_boost(tmp_path, linear):
     assert all(torch.equal(v, back.state_dict()[k]) for k, v in ours.state_dict().items())
 
 
+def _gradients(model, tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+    model.zero_grad()
+    model(tokens, labels=tokens).loss.backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("linear", ["cola", "lax"])
+def test_checkpointed_blocks_give_the_same_gradients(tmp_path, linear):
+    """Fine-tuning with transformers' activation checkpointing: a recomputed LaX block reads the latent
+    its previous block carried, not the last block's, and reentrant checkpointing (which would cut the
+    carry from the gradient) is refused for LaX."""
+    save_hf(_model(linear), tmp_path)
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(tmp_path, trust_remote_code=True).train()
+    tokens = torch.randint(0, theirs.config.vocab_size, (2, 20), generator=torch.Generator().manual_seed(1))
+    plain = _gradients(theirs, tokens)
+    theirs.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    checkpointed = _gradients(theirs, tokens)
+    assert all(torch.allclose(plain[k], checkpointed[k], rtol=1e-5, atol=1e-7) for k in plain), linear
+    theirs.gradient_checkpointing_disable()
+    if linear == "lax":
+        with pytest.raises(ValueError, match="use_reentrant"):
+            theirs.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": True})
+
+
 def test_pipeline_runs_on_the_folder(tmp_path):
     ours = _model("lax")
     save_hf(ours, tmp_path, tokenizer_dir=offline_tokenizer_dir())
@@ -82,6 +109,36 @@ def test_pipeline_runs_on_the_folder(tmp_path):
     assert out == "def main(" + load_tokenizer(offline_tokenizer_dir()).decode(
         list(sample(ours, ids, 8, temperature=0))
     )
+
+
+def test_a_tokenizer_config_with_added_token_objects_exports_as_with_strings(tmp_path):
+    """LLaMA 2-era folders write special tokens as transformers' serialised ``AddedToken`` objects."""
+    source = offline_tokenizer_dir()
+    config = json.loads((source / "tokenizer_config.json").read_text())
+    objects = tmp_path / "objects"
+    objects.mkdir()
+    shutil.copy(source / "tokenizer.json", objects / "tokenizer.json")
+    as_object = lambda token: {"__type": "AddedToken", "content": token, "lstrip": False}  # noqa: E731
+    (objects / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                **config,
+                "bos_token": as_object(config["bos_token"]),
+                "eos_token": as_object(config["eos_token"]),
+            }
+        )
+    )
+    text = "def main(argv):\n    return 0\n"
+    framed = []
+    for folder in (source, objects):
+        out = tmp_path / f"out-{folder.name}"
+        out.mkdir()
+        assert write_tokenizer(folder, out, model_max_length=64) == (
+            load_tokenizer(source).bos_id,
+            load_tokenizer(source).eos_id,
+        )
+        framed.append(transformers.AutoTokenizer.from_pretrained(out)(text)["input_ids"])
+    assert framed[0] == framed[1] == load_tokenizer(source).encode(text)
 
 
 def test_cli_exports_a_dcp_checkpoint(tmp_path, capsys):

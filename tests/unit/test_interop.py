@@ -296,6 +296,7 @@ def test_cli_names_the_bad_file_tensor_or_argument(hf, tmp_path, capsys):
     "field,value",
     [
         ("rope_scaling", {"rope_type": "llama3", "factor": 8.0}),
+        ("rope_scaling", {"type": "linear", "factor": 4.0}),  # the spelling before transformers 4.43
         ("rope_parameters", {"rope_type": "linear", "factor": 2.0, "rope_theta": 1e4}),
         ("attention_bias", True),
         ("mlp_bias", True),
@@ -311,6 +312,41 @@ def test_unsupported_config_is_refused(hf, tmp_path, field, value):
     (tmp_path / "config.json").write_text(json.dumps(config))
     with pytest.raises(ValueError, match=rf"config\.json: {field} = "):
         load_hf(tmp_path)
+
+
+def test_the_whole_context_is_imported_and_written_back(tmp_path):
+    """A checkpoint's max_position_embeddings is the imported model's sequence length, not a cap below it."""
+    model = _hf_model(max_position_embeddings=5000)
+    ours = load_hf(_save(model, tmp_path / "hf"))
+    assert ours.model_args.max_seq_len == 5000
+    tokens = torch.randint(0, TINY["vocab_size"], (1, 4200), generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(_logits(ours, tokens), _logits(model, tokens), **F32)
+    save_hf(ours, tmp_path / "back")
+    assert json.loads((tmp_path / "back" / "config.json").read_text())["max_position_embeddings"] == 5000
+
+
+def test_a_rank_the_model_cannot_take_is_refused_naming_the_rank_option(tmp_path, capsys):
+    # LLaMA 3's shape: the key/value width is hidden_size / 4, so the default rank does not fit under it.
+    path = _save(_hf_model(num_attention_heads=8, num_key_value_heads=2), tmp_path / "gqa")
+    with pytest.raises(ValueError, match=r"rank 16 \(the default hidden_size // 4\).*\(16\).*--rank"):
+        load_hf(path, "cola")
+    assert load_hf(path, "cola", rank=8).model_args.rank == 8
+
+
+def test_a_boost_folder_keeps_its_kind_and_rank(tmp_path, capsys):
+    torch.manual_seed(0)
+    args = ModelArgs(dim=64, n_layers=1, n_heads=4, vocab_size=128, ffn_dim=176, linear="cola", rank=16)
+    save_hf(Transformer(args), tmp_path / "cola")
+    with pytest.raises(ValueError, match="holds a rank-16 model; it cannot be loaded at rank 8"):
+        load_hf(tmp_path / "cola", rank=8)
+    assert load_hf(tmp_path / "cola", rank=16).model_args == args
+    # The CLI reads the folder's own kind: no --linear needed to import what BOOST wrote.
+    assert main(["import", str(tmp_path / "cola"), "--out", str(tmp_path / "again")]) == 0
+    assert "rank-16 cola import" in capsys.readouterr().out
+    assert load_hf(tmp_path / "again").model_args == args
+    assert "cannot be loaded at rank 8" in _import_error(
+        capsys, tmp_path / "cola", "--rank", "8", "--out", tmp_path / "o"
+    )
 
 
 def test_missing_files_are_named(hf, tmp_path):

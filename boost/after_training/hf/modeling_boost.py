@@ -31,15 +31,17 @@ from .configuration_boost import BoostConfig
 
 
 class CarriedLatents:
-    """LaX's state during one forward: the latest latent h per projection name, read by the next block.
+    """LaX's state during one forward: each block's latent h per projection, read by the next block.
 
-    A plain object shared by every projection of the model (not a module: it holds no weights).
+    A plain object shared by every projection of the model (not a module: it holds no weights), keyed by
+    ``(block, projection name)``. Keyed by block, not "the latest": activation checkpointing recomputes
+    block i in backward after every later block ran, and the recompute must read block i-1's latent.
     ``BoostForCausalLM.forward`` empties it first; the crossing is per position, so a cached decoding
     step (only the new positions) gets the same latents as a full pass.
     """
 
     def __init__(self):
-        self.latents: dict[str, torch.Tensor] = {}
+        self.latents: dict[tuple[int, str], torch.Tensor] = {}
 
 
 class LaxCrossing(nn.Module):
@@ -82,6 +84,7 @@ class LowRankLinear(nn.Module):
         d_out: int,
         rank: int,
         activation: bool,
+        block: int,
         name: str,
         carried: CarriedLatents | None,
         lax_gate: str | None,
@@ -92,13 +95,17 @@ class LowRankLinear(nn.Module):
         self.act = nn.SiLU() if activation else nn.Identity()
         if lax_gate is not None:
             self.lax = LaxCrossing(rank, lax_gate)
-        self.name, self._carried = name, carried
+        self.block, self.name, self._carried = block, name, carried
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         pre = self.down(x)
-        h = self.lax(pre, self._carried.latents[self.name]) if hasattr(self, "lax") else self.act(pre)
+        if hasattr(self, "lax"):
+            # .to: a model split over devices (device_map) has the previous block elsewhere
+            h = self.lax(pre, self._carried.latents[self.block - 1, self.name].to(pre.device))
+        else:
+            h = self.act(pre)
         if self._carried is not None:
-            self._carried.latents[self.name] = h
+            self._carried.latents[self.block, self.name] = h
         return self.up(h)
 
 
@@ -152,12 +159,25 @@ class BoostForCausalLM(LlamaForCausalLM):
                 for name in names:
                     dense = getattr(owner, name)
                     setattr(owner, name, LowRankLinear(
-                        dense.in_features, dense.out_features, config.rank, activation, name, self.carried, gate
+                        dense.in_features, dense.out_features, config.rank, activation, i, name, self.carried, gate
                     ))  # fmt: skip
             if activation and config.only_lr_act:
                 layer.mlp.act_fn = nn.Identity()  # the gate's latent already went through σ
         self.model.rotary_emb = Float64RotaryEmbedding(config)
         self.post_init()
+
+    def _set_gradient_checkpointing(self, enable: bool = True, gradient_checkpointing_func=None, **kwargs):
+        # LaX's latent goes from block to block outside the blocks' inputs. Reentrant checkpointing runs a
+        # block's forward without autograd, so the carry's gradient would be lost without an error.
+        keywords = getattr(gradient_checkpointing_func, "keywords", {})
+        if enable and self.carried is not None and keywords.get("use_reentrant") is not False:
+            raise ValueError(
+                "a LaX model's blocks carry latents outside their inputs, which reentrant checkpointing "
+                "cuts from the gradient: pass gradient_checkpointing_kwargs={'use_reentrant': False}"
+            )
+        if gradient_checkpointing_func is not None:
+            kwargs["gradient_checkpointing_func"] = gradient_checkpointing_func
+        super()._set_gradient_checkpointing(enable, **kwargs)
 
     def forward(self, *args, **kwargs):
         if self.carried is not None:

@@ -27,7 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         "import", help="Hugging Face LLaMA folder -> BOOST folder (prints the factorisation errors)"
     )
     imp.add_argument("hf_dir")
-    imp.add_argument("--linear", choices=LINEAR_KINDS, default="full")
+    imp.add_argument(
+        "--linear", choices=LINEAR_KINDS, default=None, help="default: full, or a BOOST folder's own kind"
+    )
     imp.add_argument("--rank", type=int, default=None, help="bottleneck rank (default hidden_size // 4)")
     imp.add_argument("--out", required=True)
     exp = sub.add_parser(
@@ -57,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             model, report = load_hf_with_report(ns.hf_dir, ns.linear, ns.rank)
             if model.model_args.low_rank:
                 print(
-                    f"rank-{model.model_args.rank} {ns.linear} import, relative Frobenius error ‖W − BA‖/‖W‖:"
+                    f"rank-{model.model_args.rank} {model.model_args.linear} import, "
+                    "relative Frobenius error ‖W − BA‖/‖W‖:"
                 )
                 print(format_report(report))
             save_hf(model, ns.out)

@@ -26,13 +26,9 @@ from boost.after_training.interop.factorize import (
 from boost.training.model.args import ModelArgs
 from boost.training.model.grouped_state import to_grouped, to_ungrouped
 from boost.training.model.model import Transformer, rope_cache
-from boost.training.rules import LINEAR_KINDS
+from boost.training.rules import LINEAR_KINDS, rank_problem
 
 logger = logging.getLogger(__name__)
-
-# The RoPE table is materialised up to max_seq_len; LLaMA 3's 131072 positions would cost ~64 MB
-# per model for lengths nobody here trains on.
-MAX_ROPE_POSITIONS = 4096
 
 
 def load_hf(
@@ -48,7 +44,8 @@ def load_hf(
         linear: ``"full"`` (default for HF checkpoints: the weights as they are), ``"svd"``, ``"cola"``
             or ``"lax"`` (truncated-SVD factors; ``boost.after_training.interop.factorize`` says which are exact).
             For a BOOST-format folder the saved kind is used, and another one is refused.
-        rank: bottleneck rank of the low-rank kinds; default ``hidden_size // 4``.
+        rank: bottleneck rank of the low-rank kinds; default ``hidden_size // 4``. For a BOOST-format
+            folder the saved rank is used, and another one is refused.
         group_linears: group q/k/v and gate/up (BOOST's layout); default True for HF checkpoints and
             the saved layout for BOOST ones. The weights are the same either way.
 
@@ -72,7 +69,7 @@ def load_hf_with_report(
     path = Path(path)
     config = read_config(path)
     if "boost" in config:
-        return _load_boost_folder(path, config, linear, group_linears), {}
+        return _load_boost_folder(path, config, linear, rank, group_linears), {}
     linear = linear or "full"
     if linear not in LINEAR_KINDS:
         raise ValueError(f"linear = {linear!r} is unknown; choose one of {LINEAR_KINDS}")
@@ -132,12 +129,12 @@ def args_from_hf_config(
     for field in ("attention_bias", "mlp_bias"):
         if config.get(field, False):
             unsupported(field, "is not supported; BOOST's projections have no bias")
-    # transformers < 5 writes rope_theta + rope_scaling, >= 5 writes rope_parameters.
+    # transformers < 5 writes rope_theta + rope_scaling, >= 5 writes rope_parameters; configs older
+    # than transformers 4.43 name the scaling's kind "type" (transformers still reads them so).
     rope = config.get("rope_parameters") or {}
-    if config.get("rope_scaling") and config["rope_scaling"].get("rope_type", "default") != "default":
-        unsupported("rope_scaling", "is not supported; BOOST implements plain RoPE only")
-    if rope.get("rope_type", "default") != "default":
-        unsupported("rope_parameters", "is not supported; BOOST implements plain RoPE only")
+    for field, value in (("rope_scaling", config.get("rope_scaling") or {}), ("rope_parameters", rope)):
+        if value.get("rope_type", value.get("type", "default")) != "default":
+            unsupported(field, "is not supported; BOOST implements plain RoPE only")
     dim, n_heads = config["hidden_size"], config["num_attention_heads"]
     if config.get("head_dim") not in (None, dim // n_heads):
         unsupported(
@@ -153,12 +150,19 @@ def args_from_hf_config(
         ffn_dim=config["intermediate_size"],
         norm_eps=config.get("rms_norm_eps", 1e-6),
         rope_theta=float(rope.get("rope_theta", config.get("rope_theta", 10000.0))),
-        max_seq_len=min(config.get("max_position_embeddings", 2048), MAX_ROPE_POSITIONS),
+        # the whole context: the RoPE table is 8·head_dim bytes a position (64 MiB at LLaMA 3's 131072)
+        max_seq_len=config.get("max_position_embeddings", 2048),
         linear=linear,
         rank=dim // 4 if rank is None else rank,
         group_linears=group_linears,
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
     )
+    problem = rank_problem(args.rank, dim, args.kv_heads * args.head_dim) if args.low_rank else None
+    if problem is not None:
+        said = "the default hidden_size // 4" if rank is None else "given"
+        raise ValueError(
+            f"{source}: rank {args.rank} ({said}) {problem}: pass a smaller rank (the CLI's --rank)"
+        )
     args.check()
     return args
 
@@ -271,7 +275,7 @@ def _dense_from_hf(hf: dict[str, torch.Tensor], args: ModelArgs) -> dict[str, to
 
 
 def _load_boost_folder(
-    path: Path, config: dict, linear: str | None, group_linears: bool | None
+    path: Path, config: dict, linear: str | None, rank: int | None, group_linears: bool | None
 ) -> Transformer:
     """A folder ``save_hf`` wrote: the ``ModelArgs`` it saved, its kind kept."""
     saved = config["boost"]
@@ -284,6 +288,11 @@ def _load_boost_folder(
         raise ValueError(
             f"{path} holds a {args.linear!r} model; it cannot be loaded as {linear!r} "
             "(import the dense checkpoint instead)"
+        )
+    if rank is not None and rank != args.rank:
+        raise ValueError(
+            f"{path} holds a rank-{args.rank} model; it cannot be loaded at rank {rank} "
+            "(leave the rank out, or import the dense checkpoint at that rank)"
         )
     if group_linears is not None:
         args.group_linears = group_linears
