@@ -67,21 +67,12 @@ def cp_rows(seq: int, dtype_bytes: int, tp: int = 4, cps=(2, 4, 8)):
         args = model_args(flavor, "btp")
         for cp in cps:
             for path, (mask, rotate) in CP_PATHS.items():
-                vol = context_parallel_layer(args, "btp", tp, 1, seq, cp, "sdpa", mask, rotate)
-                fc, fe = total(vol["forward"])
-                bc, be = total(vol["backward"])
-                # the ring's backward rotates dK|dV (one window's K|V in all, cp passes) in float32
-                fp32 = 2 * seq * args.n_heads // tp * args.head_dim if mask == "causal" else 0
-                yield (
-                    flavor,
-                    cp,
-                    path,
-                    fc,
-                    fe * dtype_bytes,
-                    bc,
-                    be * dtype_bytes + fp32 * (4 - dtype_bytes),
-                    args,
+                in_bytes = context_parallel_layer(
+                    args, "btp", tp, 1, seq, cp, "sdpa", mask, rotate, dtype_bytes=dtype_bytes
                 )
+                fc, fb = total(in_bytes["forward"])
+                bc, bb = total(in_bytes["backward"])
+                yield flavor, cp, path, fc, fb, bc, bb, args
     return
 
 

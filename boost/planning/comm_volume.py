@@ -20,6 +20,9 @@ from boost.training.model.args import lax_gate_params
 from boost.training.rules import ATTENTION_KINDS, KINDS, SCHEMES, context_parallel_path
 
 Volume = dict[str, tuple[int, int]]  # collective kind -> (count, elements)
+# torch's ring attention accumulates and rotates dK|dV in float32 whatever the compute dtype (its
+# _cp_options.convert_to_f32, on by default: _templated_ring_attention_backward)
+RING_GRADIENT_BYTES = 4
 # one entry per collective: (kind, columns per token) or (kind, columns per token, elements besides)
 Collectives = list[tuple]
 
@@ -115,6 +118,7 @@ def context_parallel_layer(
     attn_type: str = "sdpa",
     mask_type: str = "causal",
     rotate: str = "allgather",
+    dtype_bytes: int | None = None,
 ) -> dict[str, Volume]:
     """``{"forward": ..., "backward": ...}``: one layer's context-parallel collectives on one rank (the
     attention's; every other collective of a block is per token, ``per_layer`` at ``b·s/cp`` tokens).
@@ -132,7 +136,8 @@ def context_parallel_layer(
     =============================  =======================================  ===============================
 
     Elements as ``per_layer`` counts them (each collective at its full payload: a gather's output, a
-    reduce-scatter's input, an all-to-all's input).
+    reduce-scatter's input, an all-to-all's input); with ``dtype_bytes`` (the compute dtype's) their bytes
+    instead, the ring's dK|dV at ``RING_GRADIENT_BYTES``.
 
     Example::
 
@@ -140,21 +145,26 @@ def context_parallel_layer(
         >>> args = ModelArgs.from_flavor("7B", linear="cola")
         >>> context_parallel_layer(args, "btp", tp=4, micro_batch=1, seq_len=32768, cp=4)["forward"]
         {'all_gather': (1, 67108864)}
+        >>> in_bytes = context_parallel_layer(args, "btp", 4, 1, 32768, cp=4, dtype_bytes=2)
+        >>> in_bytes["backward"]  # the all-gather's bf16 K|V, the ring's float32 dK|dV
+        {'all_gather': (1, 134217728), 'all_to_all': (4, 268435456)}
     """
     if cp == 1:
         return {"forward": {}, "backward": {}}
-    full = 2 * micro_batch * seq_len * attention_kv_width(args, scheme, tp, attn_type)  # the window's K|V
-    shard = full // cp
+    window = 2 * micro_batch * seq_len * attention_kv_width(args, scheme, tp, attn_type)  # its K|V
+    kv, dkv = (dtype_bytes, RING_GRADIENT_BYTES) if dtype_bytes else (1, 1)  # what an element counts
+    full, shard = window * kv, window // cp * kv
     if context_parallel_path(attn_type, mask_type) == "all_gather":
         return {"forward": {"all_gather": (2, full)}, "backward": {"reduce_scatter": (2, full)}}
+    gradients = cp * (window // cp) * dkv  # cp rotations of a rank's dK|dV
     if rotate == "allgather":
         return {
             "forward": {"all_gather": (1, full)},
-            "backward": {"all_gather": (1, full), "all_to_all": (cp, cp * shard)},
+            "backward": {"all_gather": (1, full), "all_to_all": (cp, gradients)},
         }
     return {
         "forward": {"all_to_all": (cp - 1, (cp - 1) * shard)},
-        "backward": {"all_to_all": (2 * cp - 1, (2 * cp - 1) * shard)},
+        "backward": {"all_to_all": (2 * cp - 1, (cp - 1) * shard + gradients)},
     }
 
 

@@ -22,7 +22,8 @@ caching allocator included (CUDA context, NCCL buffers), is at most ``1 - HEADRO
 The micro-batch is what one forward takes: ``training.local_batch_size`` without PP; under PP
 ``parallelism.pipeline_parallel_microbatch_size``, the number of micro-batches
 (``local_batch_size / microbatch_size``) kept as the TOML has it, since 1F1B holds ``min(m, pp)`` of them
-whatever ``m`` is.
+whatever ``m`` is. ``--num-microbatches`` is the pipeline's: a layout without PP runs one micro-batch a step
+(no gradient accumulation), timed and printed so.
 """
 
 from __future__ import annotations
@@ -62,8 +63,9 @@ class Layout:
     tokens_per_s: float
     cp: int = 1
     sp: bool = False  # boost.sequence_parallel
+    num_microbatches: int = 1  # per step: the pipeline's, 1 without PP
 
-    def overrides(self, linear: str, num_microbatches: int, micro_batch: int, seq_len: int) -> str:
+    def overrides(self, linear: str, micro_batch: int, seq_len: int) -> str:
         """The ``run_train.sh`` / torchtitan command-line overrides of this layout."""
         parts = [
             f"--parallelism.tensor_parallel_degree {self.tp}",
@@ -79,7 +81,7 @@ class Layout:
         if not rules.groups_linears(self.scheme):
             parts.append("--boost.no-group-linears")  # tyro's flag form of a boolean
         # torchtitan splits local_batch_size into micro-batches of pipeline_parallel_microbatch_size
-        parts.append(f"--training.local_batch_size {micro_batch * (num_microbatches if self.pp > 1 else 1)}")
+        parts.append(f"--training.local_batch_size {micro_batch * self.num_microbatches}")
         parts.append(f"--training.seq_len {seq_len}")
         if self.pp > 1:
             parts.append(f"--parallelism.pipeline_parallel_microbatch_size {micro_batch}")
@@ -149,7 +151,8 @@ def enumerate_layouts(
                     ) or rules.activation_checkpoint_problem(ac, scheme, tp):
                         continue
                     dp = gpus // (tp * pp * cp)
-                    m = num_microbatches or pp  # 1F1B with m = pp: bubble (p-1)/(2p-1)
+                    # 1F1B with m = pp: bubble (p-1)/(2p-1); without PP one micro-batch a step
+                    m = (num_microbatches or pp) if pp > 1 else 1
                     mem = memory_per_gpu(
                         flavor,
                         scheme,
@@ -185,9 +188,10 @@ def enumerate_layouts(
                         cp=cp,
                         attn_mask_type=attn_mask_type,
                         sequence_parallel=sp,
+                        compiled=True,  # as the memory above
                     )
                     tokens = m * dp * micro_batch * seq_len
-                    layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t, cp, sp))
+                    layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t, cp, sp, m))
     if not layouts:
         raise ValueError(
             f"no layout of {flavor} on {gpus} {hw.name} GPU(s) fits in {budget / GIB:.1f} GiB (of "
@@ -246,7 +250,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--micro-batch", type=_positive_int, default=None)
     parser.add_argument("--linear", default=None, help="cola | svd | lax (btp, vanilla) or full (megatron)")
     parser.add_argument(
-        "--num-microbatches", type=_positive_int, default=None, help="per step under PP (default: pp)"
+        "--num-microbatches",
+        type=_positive_int,
+        default=None,
+        help="per step under PP (default: pp); a layout without PP runs one",
     )
     parser.add_argument("--top", type=_positive_int, default=None)
     parser.add_argument(
@@ -316,10 +323,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{l.step_time:>9.3f}{l.tokens_per_s:>11,.0f}"
         )
     best = layouts[0]
-    m = search["num_microbatches"] or max(1, best.pp)
     print(
         "\nbest layout overrides:\n"
-        + best.overrides(search["linear"], m, search["micro_batch"], search["seq_len"])
+        + best.overrides(search["linear"], search["micro_batch"], search["seq_len"])
     )
     return 0
 

@@ -106,6 +106,29 @@ def test_memory_model_counts_no_fsdp_buffers_where_fsdp_does_not_wrap():
     assert memory_per_gpu("13B", "btp", 4, 2, 2, "lowrank", dtype_bytes=4, **layout)["unsharded"] > 0
 
 
+def test_memory_model_counts_hsdps_buffers(tmp_path):
+    """Replicas are FSDP2's HSDP at every shard degree (``rules.fsdp_wraps``): one GPU per replica still
+    gathers its weights and reduce-scatters its gradients; the advice reads the TOML's replicate degree."""
+    layout = dict(micro_batch=4, seq_len=4096, num_microbatches=1, workspace_bytes=0, breakdown=True)
+    alone = memory_per_gpu("1B", "btp", 1, 1, 1, "none", **layout)
+    replicated = memory_per_gpu("1B", "btp", 1, 1, 1, "none", dp_replicate=2, **layout)
+    assert alone["unsharded"] == 0 < replicated["unsharded"]
+    assert replicated["states"] == alone["states"]  # each replica holds every shard
+    toml = tmp_path / "1B_hsdp.toml"
+    toml.write_text(
+        _toml("1B")
+        .read_text()
+        .replace(
+            "data_parallel_shard_degree = -1",
+            "data_parallel_shard_degree = 1\ndata_parallel_replicate_degree = 2",
+        )
+    )
+    hsdp = TrainingLayout.from_toml(toml)
+    assert hsdp.dp_replicate == 2 and hsdp.fsdp_degree(2) == 1
+    assert TrainingLayout.from_toml(_toml("1B")).peak(1, 4, breakdown=True)["unsharded"] == 0
+    assert hsdp.peak(2, 4, breakdown=True)["unsharded"] > 0
+
+
 # The trainer's 1B on one H200 (torch 2.11, compiled, autocast, AC none: the 1B TOML's since 2026-11-28;
 # bench/results/gpu.md, 2026-11-28): without AC, LaX keeps its crossings' tensors in every layer
 # (peak_memory.LAX_CROSSING_KEPT_BYTES, fitted on the LaX row: without it the model was 11.7% under).

@@ -193,6 +193,7 @@ class TrainingLayout:
             attn_mask_type=self.attn_mask_type,
             sequence_parallel=self.sequence_parallel,
             cudagraphs=self.cudagraphs,
+            dp_replicate=self.dp_replicate,
             breakdown=breakdown,
         )
 

@@ -1,7 +1,8 @@
 """Peak memory of one GPU of a layout: what a training step holds at its highest, in closed form.
 
 Per GPU (bytes; ``P`` = parameters of the rank's stage, ``T = b·s/cp`` the tokens of a rank, ``L =
-ceil(n_layers/pp)``; ``dp`` below is FSDP's degree, ``dp_shard × cp`` under context parallelism):
+ceil(n_layers/pp)``; ``dp`` below is FSDP's shard degree, ``dp_shard × cp`` under context parallelism;
+HSDP's replicas hold the same shards):
 
 ==================  ============================================================================
 states              ``16·P / (tp·dp)``: fp32 master weights, fp32 grads, Adam m and v, sharded by
@@ -82,7 +83,7 @@ from __future__ import annotations
 
 import math
 
-from boost.planning.comm_volume import attention_kv_width
+from boost.planning.comm_volume import RING_GRADIENT_BYTES, attention_kv_width
 from boost.planning.perf_model.step_time import args_params, block_gemms, model_args
 from boost.training.rules import AC_MODES, KINDS, SCHEMES, context_parallel_path, fsdp_wraps
 
@@ -137,9 +138,11 @@ def memory_per_gpu(
     attn_mask_type: str = "causal",
     sequence_parallel: bool = False,
     cudagraphs: bool = False,
+    dp_replicate: int = 1,
     breakdown: bool = False,
 ) -> float | dict[str, float]:
-    """Peak bytes on one GPU (module docstring's formulas). ``dp`` is the FSDP degree; ``dtype_bytes``
+    """Peak bytes on one GPU (module docstring's formulas). ``dp`` is the FSDP degree (its shard degree;
+    ``dp_replicate`` HSDP's replicas, which hold the same shards); ``dtype_bytes``
     the dtype the run computes in (2 for bf16, 4 for fp32 as in the CPU dry runs of ``bench.dry_run``): the
     all-gathered weights, the unsharded gradients and the activations take it; the fixed
     ``workspace_bytes`` is a GPU's (CUDA context, NCCL); ``compiled``: torch.compile, whose AC keeps
@@ -158,7 +161,9 @@ def memory_per_gpu(
     # whether FSDP2 wraps the model at all: the runtime's rule (no FSDP: nothing gathered, no reduce-scatter
     # input; one device, or TP/PP in float32 at a shard degree of 1)
     precision = "bfloat16" if dtype_bytes == 2 else "float32"
-    wraps = fsdp_wraps(dp_replicate=1, dp_shard=dp, cp=cp, tp=tp, pp=pp, mixed_precision_param=precision)
+    wraps = fsdp_wraps(
+        dp_replicate=dp_replicate, dp_shard=dp, cp=cp, tp=tp, pp=pp, mixed_precision_param=precision
+    )
     dp = dp * cp  # FSDP's mesh: dp_shard × cp
     layers = math.ceil(args.n_layers / pp)
     params = args_params(args)
@@ -189,7 +194,7 @@ def memory_per_gpu(
         record.residual_width(args.dim, tp),
         record.local(args.ffn_dim, tp),
     )
-    gemm_inputs = sum(K * batch for _, K, _, batch in block_gemms(args, scheme, tp, T))
+    gemm_inputs = sum(g.K * g.batch for g in block_gemms(args, scheme, tp, T))
     # the residual stream's tokens on a rank (megatron's sequence parallelism splits them), and the rows of
     # each latent σ and LaX's crossing run on (btp's)
     T_res = T // tp if record.splits(sequence_parallel, tp, "residual") else T
@@ -224,7 +229,8 @@ def memory_per_gpu(
         dense_mask = attn_type == "sdpa" and attn_mask_type == "block_causal"
         mask_rows = (1 + dtype_bytes) * micro_batch * T * seq_len if dense_mask else 0  # bool, additive copy
         ring = context_parallel_path(attn_type, attn_mask_type) == "ring" and cp > 1
-        accumulators = 2 * 4 * 2 * T * kv if ring else 0  # fp32 dK|dV and the buffer they rotate through
+        # dK|dV (float32) and the buffer they rotate through
+        accumulators = 2 * RING_GRADIENT_BYTES * 2 * T * kv if ring else 0
         a_layer += gathered + mask_rows + accumulators
         if ac == "none":
             a_keep += gathered + mask_rows

@@ -14,7 +14,9 @@ attention (flash)   ``4·T·s·heads_local·head_dim · ½ (causal) · (1 fwd + 
                     ``T = b·s/cp`` a context-parallel rank's queries over the window's keys (a
                     balanced share of the triangle); SDPA under block_causal computes every score of
                     its dense mask (× 2), FlexAttention and varlen at most the triangle
-elementwise         bytes of norms, residual adds, RoPE, SwiGLU/σ, loss ``/ (HBM·η_mem)``
+elementwise         bytes of norms, residual adds, RoPE, SwiGLU/σ, loss ``/ (HBM·η_mem)``; the norms and
+                    adds on the residual's tokens (``TPScheme.residual_shape``: a ``t``-th under
+                    megatron's sequence parallelism); btp's norm Function only at ``t > 1``
 collectives         ``count·latency + ring·elements·dtype / bus_bw``; ring = 2(t-1)/t (all-reduce),
                     (t-1)/t (all-gather, reduce-scatter); counts and elements from
                     ``boost.planning.comm_volume.per_layer``; TP collectives are on the critical path
@@ -24,11 +26,19 @@ context parallel    the attention's collectives of ``comm_volume.context_paralle
                     ``cp`` group (NVLink while ``tp·cp`` fits a node), on the critical path; torch's
                     ring runs ``cp`` kernels a direction and merges their float32 partial outputs
                     (``cp·t_kernel`` and ``cp · 6 / 9`` passes over ``4·T·heads_local·head_dim`` bytes,
-                    forward / backward); FSDP and Adam over ``dp·cp`` (torchtitan's FSDP mesh is
-                    ``dp_shard × cp``)
-recompute           ``full``: the block's forward again, collectives included;
-                    ``lowrank``: the forward compute again, no collective (DESIGN §4)
+                    forward / backward) and rotates its dK|dV in float32
+                    (``comm_volume.RING_GRADIENT_BYTES``); FSDP and Adam over ``dp·cp`` (torchtitan's FSDP
+                    mesh is ``dp_shard × cp``)
+recompute           ``full``: the block's forward again, its TP and CP collectives included;
+                    ``lowrank``: the up-projection GEMMs a backward reads (every B but the block's last;
+                    the down-projections' collective outputs are kept), LaX's gates and the elementwise
+                    work, no collective (DESIGN §4); either recomputes attention eager, not compiled
+                    (``boost.training.parallel.activation_checkpoint.KEPT_ATTENTION``)
 optimizer           Adam over the rank's parameter shard, memory-bound (28 B/param)
+FSDP                ``(n-1)/n · P/(tp·pp) · (g·dtype + 4) / bw`` over ``n = dp·cp``: ``g`` all-gathers
+                    a step, 2 where the forward reshards (``rules.reshards_after_forward``; torchtitan's
+                    "default" except under PP) else 1, and a float32 reduce-scatter; NVLink while the
+                    group's ``tp·dp·cp`` consecutive ranks fit a node; overlapped, only the excess shows
 ==================  =============================================================================
 
 ``num_microbatches`` defaults to ``max(1, pp - 1)``, the reading of the reference paper's PP rows
@@ -49,6 +59,7 @@ Example::
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from boost.planning.comm_volume import context_parallel_layer, per_layer
 from boost.planning.perf_model.hardware import Hardware, get_hardware
@@ -60,6 +71,7 @@ from boost.training.rules import (
     TP_SCHEMES,
     context_parallel_path,
     most_balanced_factor_pair,
+    reshards_after_forward,
 )
 
 
@@ -90,16 +102,35 @@ def args_params(args: ModelArgs) -> int:
     )
 
 
+class Gemm(NamedTuple):
+    """``batch`` forward GEMMs ``y[M,N] = x[M,K] W[K,N]`` in one kernel, and their role in the block:
+    ``dense`` a dense projection, ``down`` a bottleneck's A (its output is what the collectives carry),
+    ``up`` a bottleneck's B, ``last_up`` the block's last B (its output only the residual add reads, so no
+    backward needs it), ``gate`` LaX's gate."""
+
+    M: int
+    K: int
+    N: int
+    batch: int = 1
+    role: str = "dense"
+
+
+# Low-rank AC keeps every down-projection's collective output, so its recompute runs the up-projections whose
+# outputs a backward reads and LaX's gates, never a collective (boost.training.parallel.activation_checkpoint)
+LOWRANK_RECOMPUTED = frozenset({"up", "gate"})
+
+
 def block_gemms(
     args: ModelArgs, scheme: str, tp: int, tokens: int, sequence_parallel: bool = False
-) -> list[tuple[int, int, int, int]]:
-    """Forward GEMMs of one block on one rank: ``(M, K, N, batch)`` with ``y[M,N] = x[M,K] W[K,N]``.
+) -> list[Gemm]:
+    """Forward GEMMs of one block on one rank (``Gemm``: shape, batch and role).
 
     Each width is what the scheme leaves on a rank (``boost.training.rules.TPScheme``): the residual (q/k/v's,
     gate/up's inputs, o's and down's outputs), the heads (q/k/v's outputs, o's input), the FFN columns
     and the rank. btp: A row-parallel on its d_in, B column-parallel on d_out, r whole; vanilla: A
     column-parallel on r, B row-parallel (a full-width partial output); megatron: the dense projections
-    column- then row-parallel. ``sequence_parallel``: LaX's gates on a rank's rows (btp).
+    column- then row-parallel, each its own kernel (``ModelArgs.grouped``: dense projections never are).
+    ``sequence_parallel``: LaX's gates on a rank's rows (btp).
     """
     record, t, T = SCHEMES[scheme], tp, tokens
     kv = args.kv_heads * args.head_dim
@@ -109,34 +140,31 @@ def block_gemms(
         record.local(kv, t),
         record.local(args.ffn_dim, t),
     )
-    if not args.low_rank:  # q; k|v batched; o; gate|up batched; down
-        return [
-            (T, res, heads, 1),
-            (T, res, kv_heads, 2),
-            (T, heads, res, 1),
-            (T, res, ff, 2),
-            (T, ff, res, 1),
-        ]
+    ins = [res, res, res, heads, res, res, ff]  # q k v o gate up down
+    outs = [heads, kv_heads, kv_heads, res, ff, ff, res]
+    if not args.low_rank:
+        return [Gemm(T, k, n) for k, n in zip(ins, outs)]
     r = record.latent_width(args.rank, t)
     gates = _lax_gate_gemms(args, record.latent_tokens(T, t, sequence_parallel))
     if args.grouped:
-        return gates + [
-            (T, res, 3 * r, 1),
-            (T, r, heads, 1),
-            (T, r, kv_heads, 2),  # A_qkv; B_q, B_k|B_v batched
-            (T, heads, r, 1),
-            (T, r, res, 1),  # o
-            (T, res, 2 * r, 1),
-            (T, r, ff, 2),  # A_gu; B_g|B_u batched
-            (T, ff, r, 1),
-            (T, r, res, 1),  # down
+        block = [
+            Gemm(T, res, 3 * r, 1, "down"),
+            Gemm(T, r, heads, 1, "up"),
+            Gemm(T, r, kv_heads, 2, "up"),  # A_qkv; B_q, B_k|B_v batched
+            Gemm(T, heads, r, 1, "down"),
+            Gemm(T, r, res, 1, "up"),  # o
+            Gemm(T, res, 2 * r, 1, "down"),
+            Gemm(T, r, ff, 2, "up"),  # A_gu; B_g|B_u batched
+            Gemm(T, ff, r, 1, "down"),
+            Gemm(T, r, res, 1, "up"),  # down
         ]
-    ins = [res, res, res, heads, res, res, ff]  # q k v o gate up down
-    outs = [heads, kv_heads, kv_heads, res, ff, ff, res]
-    return gates + [g for k, n in zip(ins, outs) for g in ((T, k, r, 1), (T, r, n, 1))]
+    else:
+        block = [g for k, n in zip(ins, outs) for g in (Gemm(T, k, r, 1, "down"), Gemm(T, r, n, 1, "up"))]
+    block[-1] = block[-1]._replace(role="last_up")  # down's B
+    return gates + block
 
 
-def _lax_gate_gemms(args: ModelArgs, tokens: int) -> list[tuple[int, int, int, int]]:
+def _lax_gate_gemms(args: ModelArgs, tokens: int) -> list[Gemm]:
     """LaX's gates in one block, on the whole latent of ``tokens`` (every scheme holds it whole on a rank:
     replicated after BTP's all-reduce, gathered under vanilla; a rank's rows of it under btp's sequence
     parallelism), one batched GEMM per bottleneck's members: the
@@ -149,11 +177,15 @@ def _lax_gate_gemms(args: ModelArgs, tokens: int) -> list[tuple[int, int, int, i
     r = args.rank
     members = [3, 1, 2, 1] if args.grouped else [1] * 7
     if args.lax_gate == "linear":
-        return [(tokens, r, r, g) for g in members]
+        return [Gemm(tokens, r, r, g, "gate") for g in members]
     if args.lax_gate_form == "kron":
-        return [(tokens, r, r, 1)] * sum(members)
+        return [Gemm(tokens, r, r, 1, "gate")] * sum(members)
     a, b = most_balanced_factor_pair(r)
-    return [shape for g in members for shape in ((tokens * a, b, b, g), (tokens * b, a, a, g))]
+    return [
+        gemm
+        for g in members
+        for gemm in (Gemm(tokens * a, b, b, g, "gate"), Gemm(tokens * b, a, a, g, "gate"))
+    ]
 
 
 def gemm_time(M: int, K: int, N: int, hw: Hardware, dtype_bytes: int = 2, batch: int = 1) -> float:
@@ -165,12 +197,12 @@ def gemm_time(M: int, K: int, N: int, hw: Hardware, dtype_bytes: int = 2, batch:
     return max(flops / (hw.peak_flops * eta), moved / (hw.mem_bw * hw.eta_hbm)) + hw.t_kernel
 
 
-def _gemm_fwd_bwd(shapes, hw, dtype_bytes) -> tuple[float, float]:
-    fwd = sum(gemm_time(M, K, N, hw, dtype_bytes, b) for M, K, N, b in shapes)
+def _gemm_fwd_bwd(gemms, hw, dtype_bytes) -> tuple[float, float]:
+    fwd = sum(gemm_time(M, K, N, hw, dtype_bytes, b) for M, K, N, b, *_ in gemms)
     # dX = dY Wᵀ is [M,N]×[N,K]; dW = Xᵀ dY is [K,M]×[M,N]
     bwd = sum(
         gemm_time(M, N, K, hw, dtype_bytes, b) + gemm_time(K, M, N, hw, dtype_bytes, b)
-        for M, K, N, b in shapes
+        for M, K, N, b, *_ in gemms
     )
     return fwd, bwd
 
@@ -214,13 +246,17 @@ def _elementwise_bytes(
     3 / 5 on f, σ on each r-latent 2 / 3, each at the width the scheme leaves on a rank: megatron and
     vanilla keep the residual and norms (vanilla also attention's RoPE and the f-wide product)
     replicated at full width; btp works on d/t, f/t, and under its sequence parallelism on the latents
-    of a rank's ``T/t`` tokens.
+    of a rank's ``T/t`` tokens; megatron's sequence parallelism runs the norms and residual adds on a rank's
+    ``T/t`` tokens (``TPScheme.residual_shape``).
     """
     record, d, r, t = SCHEMES[scheme], args.dim, args.rank, tp
     kv = args.kv_heads * args.head_dim
-    res, qk, ff = record.residual_width(d, t), record.local(d + kv, t), record.local(args.ffn_dim, t)
-    fwd = 2 * 2 * res + 2 * 3 * res + 2 * qk + 3 * ff
-    bwd = 2 * 3 * res + 2 * 1 * res + 2 * qk + 5 * ff
+    _, res_tokens, res = record.residual_shape(1, tokens, d, t, sequence_parallel)
+    qk, ff = record.local(d + kv, t), record.local(args.ffn_dim, t)
+    # the residual stream's passes, per token of the micro-batch (a rank runs them on res_tokens of them)
+    res_share = res_tokens / tokens
+    fwd = res_share * (2 * 2 + 2 * 3) * res + 2 * qk + 3 * ff
+    bwd = res_share * (2 * 3 + 2 * 1) * res + 2 * qk + 5 * ff
     # the latents' passes, per token of the micro-batch (a rank computes them on latent_tokens of them)
     share = record.latent_tokens(tokens, t, sequence_parallel) / tokens
     lat_fwd = lat_bwd = 0.0
@@ -230,10 +266,11 @@ def _elementwise_bytes(
     if KINDS[args.linear].latent_crossing:
         # LaX on the whole latents: the carry's add (3 / 1) and the LayerNorm (2 / 3), as the residual's
         lat_fwd, lat_bwd = lat_fwd + (3 + 2) * 7 * r, lat_bwd + (1 + 3) * 7 * r
-    # a sharded residual's norm runs the custom norm Function, at t = 1 too
-    if record.shards_residual and norm in ("online", "sync"):
+    # a sharded residual's norm runs the custom norm Function; TP is applied only at t > 1
+    # (torchtitan_ext.infra.parallelize), so one rank runs plain RMSNorm
+    if record.shards_residual and norm in ("online", "sync") and t > 1:
         # fp32 Σx² over the shard, and the rescale of the (3r, 2r) latents, both directions
-        fwd, bwd = fwd + 2 * res * 2, bwd + 2 * res * 2
+        fwd, bwd = fwd + res_share * 2 * res * 2, bwd + res_share * 2 * res * 2
         lat_fwd, lat_bwd = lat_fwd + 2 * 5 * r, lat_bwd + 2 * 5 * r
     fwd, bwd = fwd + share * lat_fwd, bwd + share * lat_bwd
     return fwd * tokens * dtype_bytes, bwd * tokens * dtype_bytes
@@ -272,11 +309,15 @@ def layer_times(
     cp: int = 1,
     attn_type: str = "sdpa",
     attn_mask_type: str = "causal",
+    activation_checkpoint: str = "none",
+    compiled: bool = False,
 ) -> dict[str, float]:
     """Seconds of one block for one micro-batch on one rank, by component and direction (``cp``: the
-    rank's share ``s/cp`` of each window)."""
+    rank's share ``s/cp`` of each window), and what ``activation_checkpoint`` runs again in its backward
+    (``compiled``: torch.compile, whose AC keeps attention's output)."""
     T = micro_batch * seq_len // cp
-    g_fwd, g_bwd = _gemm_fwd_bwd(block_gemms(args, scheme, tp, T, sequence_parallel), hw, dtype_bytes)
+    gemms = block_gemms(args, scheme, tp, T, sequence_parallel)
+    g_fwd, g_bwd = _gemm_fwd_bwd(gemms, hw, dtype_bytes)
     dense = attn_type == "sdpa" and attn_mask_type == "block_causal"  # a boolean mask: no score skipped
     a_fwd, a_bwd = attention_time(args, scheme, tp, micro_batch, seq_len, hw, cp, dense)
     e_fwd, e_bwd = (
@@ -284,7 +325,9 @@ def layer_times(
         for b in _elementwise_bytes(args, scheme, tp, T, norm, dtype_bytes, sequence_parallel)
     )
     vol = per_layer(args, scheme, T, norm=norm, sequence_parallel=sequence_parallel)
-    cp_vol = context_parallel_layer(args, scheme, tp, micro_batch, seq_len, cp, attn_type, attn_mask_type)
+    cp_bytes = context_parallel_layer(
+        args, scheme, tp, micro_batch, seq_len, cp, attn_type, attn_mask_type, dtype_bytes=dtype_bytes
+    )
     cp_bw = hw.bus_bw if tp * cp <= hw.gpus_per_node else hw.inter_bw
     if cp > 1 and context_parallel_path(attn_type, attn_mask_type) == "ring":
         # torch's ring: a kernel per step, its partial output and log-sum-exp merged in float32 (forward),
@@ -292,6 +335,16 @@ def layer_times(
         out = 4 * T * SCHEMES[scheme].local(args.n_heads, tp) * args.head_dim
         a_fwd += cp * (hw.t_kernel + 6 * out / (hw.mem_bw * hw.eta_mem))
         a_bwd += cp * (hw.t_kernel + 9 * out / (hw.mem_bw * hw.eta_mem))
+    comm_fwd = collective_time(vol["forward"], tp, hw, dtype_bytes)
+    cp_fwd = collective_time(cp_bytes["forward"], cp, hw, 1, cp_bw)  # in bytes already
+    attention_again = 0.0 if compiled else a_fwd  # compiled, both ACs keep attention's output
+    if activation_checkpoint == "lowrank":
+        up, _ = _gemm_fwd_bwd([g for g in gemms if g.role in LOWRANK_RECOMPUTED], hw, dtype_bytes)
+        recompute = up + e_fwd + attention_again
+    elif activation_checkpoint == "full":
+        recompute = g_fwd + e_fwd + attention_again + comm_fwd + cp_fwd
+    else:
+        recompute = 0.0
     return {
         "gemm_fwd": g_fwd,
         "gemm_bwd": g_bwd,
@@ -299,10 +352,11 @@ def layer_times(
         "attn_bwd": a_bwd,
         "elem_fwd": e_fwd,
         "elem_bwd": e_bwd,
-        "comm_fwd": collective_time(vol["forward"], tp, hw, dtype_bytes),
+        "comm_fwd": comm_fwd,
         "comm_bwd": collective_time(vol["backward"], tp, hw, dtype_bytes),
-        "cp_fwd": collective_time(cp_vol["forward"], cp, hw, dtype_bytes, cp_bw),
-        "cp_bwd": collective_time(cp_vol["backward"], cp, hw, dtype_bytes, cp_bw),
+        "cp_fwd": cp_fwd,
+        "cp_bwd": collective_time(cp_bytes["backward"], cp, hw, 1, cp_bw),
+        "recompute": recompute,
     }
 
 
@@ -332,17 +386,22 @@ def predict_step_time(
     cp: int = 1,
     attn_type: str = "sdpa",
     attn_mask_type: str = "causal",
+    compiled: bool = False,
+    fsdp_reshard_after_forward: str = "default",
     breakdown: bool = False,
 ) -> float | dict[str, float]:
     """Seconds per optimizer step (``breakdown=True``: the components, their sum under ``"total"``).
 
     ``num_microbatches`` defaults to the paper convention ``max(1, pp - 1)`` (module docstring); ``dp``
     is the data-parallel degree (the batches a step reads), ``cp`` the context-parallel one (each of those
-    batches' windows over ``cp`` ranks: ``tp·pp·dp·cp`` GPUs).
+    batches' windows over ``cp`` ranks: ``tp·pp·dp·cp`` GPUs). ``compiled``: torch.compile, whose full and
+    low-rank AC keep attention's output (not recomputed); ``fsdp_reshard_after_forward``: torchtitan's
+    policy (``boost.training.rules.reshards_after_forward``), which decides FSDP's all-gathers a step.
     """
     hw = get_hardware(hardware)
     if activation_checkpoint not in AC_MODES:
         raise ValueError(f"unknown activation_checkpoint {activation_checkpoint!r}; choose one of {AC_MODES}")
+    reshards = reshards_after_forward(fsdp_reshard_after_forward, pp > 1)
     args = model_args(flavor, scheme, vocab_size, linear)
     m = num_microbatches or max(1, pp - 1)
     lt = layer_times(
@@ -358,13 +417,10 @@ def predict_step_time(
         cp=cp,
         attn_type=attn_type,
         attn_mask_type=attn_mask_type,
+        activation_checkpoint=activation_checkpoint,
+        compiled=compiled,
     )
-    fwd = lt["gemm_fwd"] + lt["attn_fwd"] + lt["elem_fwd"]
-    comm = lt["comm_fwd"] + lt["comm_bwd"] + lt["cp_fwd"] + lt["cp_bwd"]
-    layer = hw.t_layer + fwd + lt["gemm_bwd"] + lt["attn_bwd"] + lt["elem_bwd"] + comm
-    recompute = {"none": 0.0, "full": fwd + lt["comm_fwd"] + lt["cp_fwd"], "lowrank": fwd}[
-        activation_checkpoint
-    ]
+    layer = hw.t_layer + sum(lt.values())  # the recompute included
     layers_per_stage = math.ceil(args.n_layers / pp)
     T = micro_batch * seq_len // cp
     head = _head_time(args, tp, T, hw, dtype_bytes)
@@ -376,26 +432,30 @@ def predict_step_time(
         crossing += tokens * 7 * args.rank
     p2p = 2 * crossing * dtype_bytes / hw.bus_bw if pp > 1 else 0.0
     # 1F1B runs at the pace of the slowest stage: the last one, which also holds the LM head and loss
-    stage = layers_per_stage * (layer + recompute) + p2p + head
+    stage = layers_per_stage * layer + p2p + head
     pipeline = (m + pp - 1) * stage
     # Adam over this rank's shard of the parameters and fp32 states: ~28 B/param read + written
     shards = dp * cp  # FSDP's mesh: dp_shard × cp
     params = args_params(args) / (tp * pp * shards)
     optimizer = params * 28 / (hw.mem_bw * hw.eta_hbm)
-    # FSDP: all-gather params (fwd, bwd) in the compute dtype and reduce-scatter grads in float32 (torchtitan's
-    # training.mixed_precision_reduce, the one value it takes) across dp × cp, overlapped with compute; only
-    # the excess shows
+    # FSDP (module docstring), overlapped with compute: only the excess shows
     fsdp = 0.0
     if shards > 1:
-        bw = hw.inter_bw if tp * pp * shards > hw.gpus_per_node else hw.bus_bw
-        fsdp = (shards - 1) / shards * args_params(args) / (tp * pp) * (2 * dtype_bytes + 4) / bw
+        # the backward gathers again what the forward resharded; under PP the schedule keeps the stage's
+        # weights gathered, and its gradients unreduced, across micro-batches: once a step
+        gathers = 2 if reshards else 1
+        # torchtitan's mesh is (pp, dp_replicate, dp_shard, cp, tp), tp innermost: an FSDP group spans
+        # tp·dp·cp consecutive ranks, whatever pp
+        bw = hw.inter_bw if tp * shards > hw.gpus_per_node else hw.bus_bw
+        # gradients reduce-scattered in float32: torchtitan's training.mixed_precision_reduce, the one value
+        # it takes
+        fsdp = (shards - 1) / shards * args_params(args) / (tp * pp) * (gathers * dtype_bytes + 4) / bw
     exposed_fsdp = max(0.0, fsdp - pipeline)
     total = pipeline + optimizer + exposed_fsdp
     if not breakdown:
         return total
     parts = {k: v * layers_per_stage * (m + pp - 1) for k, v in lt.items()}
     parts.update(
-        recompute=recompute * layers_per_stage * (m + pp - 1),
         head=head,
         p2p=p2p * (m + pp - 1),
         bubble=(pp - 1) * stage,
