@@ -132,3 +132,19 @@ def test_load_run_refuses_a_shard_local_run_on_another_process_count(tmp_path, m
         load_run(toml)
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert load_run(toml).config["boost"]["norm"] == "local"  # what shard_for_inference then applies
+
+
+def test_a_shard_local_run_is_not_exported_on_any_process_count(tmp_path, monkeypatch, capsys):
+    # Under torchrun at the run's TP degree load_run accepts it (for sharded inference), but the export
+    # writes one unsharded model, whose RMSNorm transformers computes exactly: another function.
+    from boost.after_training.interop.cli import main
+    from tests.trained_runs import make_run
+
+    toml = make_run(tmp_path, "cola")
+    (tmp_path / "checkpoint" / "step-3" / MODEL_IDENTITY_FILE).write_text(
+        json.dumps({"model": {"linear": "cola", "rms_norm": "shard-local over 2 tensor-parallel ranks"}})
+    )
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert main(["export", "--config", str(toml), "--out", str(tmp_path / "hf")]) == 2
+    assert "no Hugging Face folder computes" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()

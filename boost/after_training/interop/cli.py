@@ -80,6 +80,12 @@ def _export_source(ns: argparse.Namespace) -> tuple[Transformer, Path | None]:
         from boost.after_training.trained_run import load_run
 
         run = load_run(ns.config, ns.source, ns.tokenizer)
+        if run.config["boost"]["norm"] == "local":
+            # transformers' RMSNorm is the exact one: a shard-local norm's model has no such folder
+            raise ValueError(
+                f"{run.checkpoint}: trained with boost.norm = 'local' (each pre-norm over a rank's shard), "
+                "which no Hugging Face folder computes; train with boost.norm = 'online' to export"
+            )
         return run.model, run.tokenizer.folder
     if ns.source is None:
         raise ValueError("export needs a source folder, or --config TOML for a run's newest checkpoint")
