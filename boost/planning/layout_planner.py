@@ -128,9 +128,12 @@ def enumerate_layouts(
     schemes = [scheme.name for scheme in SCHEMES.values() if scheme.takes(kind)]
     f = FLAVORS[flavor]
     n_layers, rank = f.n_layers, flavor_rank(flavor)
-    sharded = {**rules.tp_sharded_dims(f.n_heads, f.n_kv_heads, f.dim, f.ffn_dim), "vocab_size": vocab_size}
     layouts = []
     for scheme in schemes:
+        sharded = {
+            **rules.tp_sharded_dims(scheme, f.n_heads, f.n_kv_heads, f.dim, f.ffn_dim),
+            "vocab_size": vocab_size,
+        }
         for tp in _divisors(gpus):
             # TP stays inside a node (the planner's choice); the rest are the preflight's rules
             if (

@@ -51,7 +51,7 @@ SEQUENCE_PARALLEL_CASES = [
 ]
 
 
-def _args(kind: str, grouped: bool, n_kv_heads: int | None = None, n_layers: int = 2) -> ModelArgs:
+def _args(kind: str, grouped: bool, n_kv_heads: int | None = None, n_layers: int = 2, **shape) -> ModelArgs:
     # "lax/linear": LaX with that gate (default: tensorized); "lax/tensorized/kron": and that gate form
     linear, _, gate_and_form = kind.partition("/")
     lax_gate, _, form = gate_and_form.partition("/")
@@ -65,6 +65,7 @@ def _args(kind: str, grouped: bool, n_kv_heads: int | None = None, n_layers: int
         group_linears=grouped,
         max_seq_len=SEQ,
         **({} if n_kv_heads is None else {"n_kv_heads": n_kv_heads}),
+        **shape,
     )
 
 
@@ -83,9 +84,15 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
-def _parity_body(rank: int, world_size: int, cases, n_kv_heads, one_device=contextlib.nullcontext) -> None:
+def _parity_body(
+    rank: int, world_size: int, cases, n_kv_heads, one_device=contextlib.nullcontext, shape=None
+) -> None:
     """``one_device``: a context that computes as one device, where the models are built and the reference
-    runs (``tests/simulated_ranks.py``'s ``outside_the_ranks``: once, not once a simulated rank)."""
+    runs (``tests/simulated_ranks.py``'s ``outside_the_ranks``: once, not once a simulated rank); ``shape``:
+    other ``ModelArgs`` of the debug model, one only the cases' schemes split (``norm = "local"``, checked
+    under every scheme, is then not)."""
+    shape = shape or {}
+    every_scheme = not shape
     mesh = init_device_mesh("cpu", (world_size,))
     # norm = "local" is another model only where the scheme shards the residual the pre-norms read
     for kind, scheme, grouped, sharded in (
@@ -93,7 +100,7 @@ def _parity_body(rank: int, world_size: int, cases, n_kv_heads, one_device=conte
         ("cola", "btp", False, True),
         ("cola", "vanilla", False, False),
         ("full", "megatron", False, False),
-    ):
+    )[: None if every_scheme else 0]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             apply_tp(Transformer(_args(kind, grouped, n_kv_heads)), mesh, scheme=scheme, norm="local")
@@ -104,7 +111,7 @@ def _parity_body(rank: int, world_size: int, cases, n_kv_heads, one_device=conte
         tokens, labels = _batch(0)
     for kind, scheme, grouped, norm, sp in cases:
         tag = f"{kind}/{scheme}/grouped={grouped}/{norm}/sp={sp}/t={world_size}"
-        args = _args(kind, grouped, n_kv_heads)
+        args = _args(kind, grouped, n_kv_heads, **shape)
         with one_device():
             torch.manual_seed(0)
             ref, whole = Transformer(args), Transformer(args)
@@ -260,6 +267,14 @@ def _sequential_body(rank: int, world_size: int) -> None:
 
 
 @pytest.mark.slow
+def test_vanilla_runs_fewer_kv_heads_than_ranks():
+    # vanilla shards only the rank (and the vocabulary): attention runs whole on every rank, so one kv head
+    # splits over 2 ranks, where btp and megatron shard the heads and are refused (the unit test below)
+    cases = [("cola", "vanilla", False, "online", False), ("lax", "vanilla", False, "online", False)]
+    run_distributed(_parity_body, 2, cases, 1, contextlib.nullcontext, {"rank": 16})
+
+
+@pytest.mark.slow
 def test_boost_parallel_style_on_a_plain_sequential():
     run_distributed(_sequential_body, 2)
 
@@ -277,3 +292,13 @@ def test_apply_tp_refuses_shapes_that_do_not_divide():
         check_tp_shapes(args, 2, "vanilla")
     with pytest.raises(ValueError, match="unknown"):
         check_tp_shapes(args, 2, "ring")
+    # each scheme checks the dims it shards: vanilla's heads and FFN stay whole on every rank
+    narrow = ModelArgs.from_flavor(
+        "debug", vocab_size=VOCAB, n_kv_heads=1, ffn_dim=705, rank=16, group_linears=False
+    )
+    check_tp_shapes(narrow, 2, "vanilla")
+    with pytest.raises(ValueError, match="tensor_parallel_degree = 2: must divide kv_heads = 1"):
+        check_tp_shapes(narrow, 2, "btp")
+    dense = ModelArgs.from_flavor("debug", linear="full", vocab_size=VOCAB, ffn_dim=705)
+    with pytest.raises(ValueError, match="tensor_parallel_degree = 2: must divide ffn_dim = 705"):
+        check_tp_shapes(dense, 2, "megatron")

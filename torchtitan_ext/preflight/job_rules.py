@@ -327,7 +327,8 @@ def _tp_divides_model(ctx: JobContext) -> str | None:
         return None
     args = ctx.model_args
     problem = rules.tp_shape_problem(
-        rules.tp_sharded_dims(args.n_heads, args.kv_heads, args.dim, args.ffn_dim), ctx.tp
+        rules.tp_sharded_dims(ctx.boost.tp_scheme, args.n_heads, args.kv_heads, args.dim, args.ffn_dim),
+        ctx.tp,
     )
     return None if problem is None else f"{problem} of flavor {ctx.job.model.flavor}"
 

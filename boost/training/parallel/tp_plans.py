@@ -59,7 +59,7 @@ def check_tp_shapes(args, t: int, scheme: str) -> None:
     (the rules of ``boost.training.rules``, which the trainer's preflight checks before any process starts)."""
     tp_scheme(scheme)
     shapes = {
-        **tp_sharded_dims(args.n_heads, args.kv_heads, args.dim, args.ffn_dim),
+        **tp_sharded_dims(scheme, args.n_heads, args.kv_heads, args.dim, args.ffn_dim),
         "vocab_size": args.vocab_size,
     }
     for field, value, problem in (

@@ -228,9 +228,21 @@ def tp_shape_problem(shapes: dict[str, int], tp: int) -> str | None:
     return None
 
 
-def tp_sharded_dims(n_heads: int, kv_heads: int, dim: int, ffn_dim: int) -> dict[str, int]:
-    """The model dims every TP scheme shards (the vocabulary too, checked where its size is known)."""
-    return {"n_heads": n_heads, "kv_heads": kv_heads, "dim": dim, "ffn_dim": ffn_dim}
+def tp_sharded_dims(tp_scheme: str, n_heads: int, kv_heads: int, dim: int, ffn_dim: int) -> dict[str, int]:
+    """The model dims ``tp_scheme`` shards (``TPScheme``): the heads and the FFN width where it shards
+    them, the hidden dim where it shards the residual. The vocabulary every scheme shards is checked where
+    its size is known, the rank of a scheme that shards it by ``vanilla_rank_problem``.
+
+    Example::
+
+        >>> tp_sharded_dims("vanilla", n_heads=32, kv_heads=8, dim=4096, ffn_dim=11008)
+        {}
+        >>> sorted(tp_sharded_dims("megatron", 32, 8, 4096, 11008))
+        ['ffn_dim', 'kv_heads', 'n_heads']
+    """
+    record = SCHEMES[tp_scheme]
+    heads = {"n_heads": n_heads, "kv_heads": kv_heads, "ffn_dim": ffn_dim} if record.shards_heads else {}
+    return {**heads, **({"dim": dim} if record.shards_residual else {})}
 
 
 def grouping_problem(tp_scheme: str, group_linears: bool, tp: int) -> str | None:
