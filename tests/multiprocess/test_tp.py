@@ -302,3 +302,11 @@ def test_apply_tp_refuses_shapes_that_do_not_divide():
     dense = ModelArgs.from_flavor("debug", linear="full", vocab_size=VOCAB, ffn_dim=705)
     with pytest.raises(ValueError, match="tensor_parallel_degree = 2: must divide ffn_dim = 705"):
         check_tp_shapes(dense, 2, "megatron")
+    # apply_tp applies a plan on one rank too: the kind and grouping are the scheme's there as well
+    with pytest.raises(ValueError, match="megatron is the dense baseline"):
+        check_tp_shapes(args, 1, "megatron")
+    with pytest.raises(ValueError, match="group_linears = false"):
+        check_tp_shapes(args, 1, "vanilla")
+    # a plan the scheme does not have is refused, not run without it
+    with pytest.raises(ValueError, match="sequence_parallel = True: vanilla has no such plan"):
+        check_tp_shapes(narrow, 2, "vanilla", sequence_parallel=True)

@@ -54,7 +54,7 @@ from boost.training.rules import (
 )
 
 
-def check_tp_shapes(args, t: int, scheme: str) -> None:
+def check_tp_shapes(args, t: int, scheme: str, sequence_parallel: bool = False) -> None:
     """Raise ``ValueError`` naming the field when the model cannot be split ``t`` ways under ``scheme``
     (the rules of ``boost.training.rules``, which the trainer's preflight checks before any process starts)."""
     tp_scheme(scheme)
@@ -62,11 +62,20 @@ def check_tp_shapes(args, t: int, scheme: str) -> None:
         **tp_sharded_dims(scheme, args.n_heads, args.kv_heads, args.dim, args.ffn_dim),
         "vocab_size": args.vocab_size,
     }
+    # The rules pass a TP degree of 1, where the trainer applies no plan; apply_tp applies its plan on a mesh
+    # of one too, which must then take the kind and the grouping as at any degree.
+    applied = max(t, 2)
+    sequence_plan = SCHEMES[scheme].sequence_parallel is not None or not sequence_parallel
     for field, value, problem in (
-        ("boost.tp_scheme", scheme, tp_scheme_problem(args.linear, scheme, t)),
-        ("boost.group_linears", args.group_linears, grouping_problem(scheme, args.group_linears, t)),
+        ("boost.tp_scheme", scheme, tp_scheme_problem(args.linear, scheme, applied)),
+        ("boost.group_linears", args.group_linears, grouping_problem(scheme, args.group_linears, applied)),
         ("parallelism.tensor_parallel_degree", t, tp_shape_problem(shapes, t)),
         ("boost.rank", args.rank, vanilla_rank_problem(scheme, args.rank, t)),
+        (
+            "boost.sequence_parallel",
+            sequence_parallel,
+            None if sequence_plan else f"{scheme} has no such plan",
+        ),
     ):
         if problem is not None:
             raise ValueError(f"{field} = {value!r}: {problem}")
@@ -82,7 +91,10 @@ def apply_tp(
 ) -> nn.Module:
     """Apply one of the three tensor-parallel schemes to a built ``boost.Transformer`` in place: one
     ``parallelize_module`` call per block with that block's plan, then one for the embedding, the final
-    norm and the LM head. The shapes are checked once, here, before anything is sharded.
+    norm and the LM head. The shapes are checked once, here, before anything is sharded. A model with
+    ``tie_embeddings`` (read from Hugging Face) comes out with its embedding and LM head as two parameters,
+    equal as they were loaded (BTP shards them on different dims): sharded inference, not training, which
+    never ties them.
 
     Example (4 processes)::
 
@@ -92,7 +104,7 @@ def apply_tp(
         ...     loss = F.cross_entropy(model(tokens).flatten(0, 1), labels.flatten())
     """
     args, t = model.model_args, tp_mesh.size()
-    check_tp_shapes(args, t, scheme)
+    check_tp_shapes(args, t, scheme, sequence_parallel)
     check_norm_mode(norm)  # norm = "local" is said where a norm is sharded: the BTP styles
     record = SCHEMES[scheme]
     # what sequence parallelism shards: the residual between blocks (megatron) or each latent (btp)
