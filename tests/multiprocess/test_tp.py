@@ -119,11 +119,12 @@ def _parity_body(
             loss_ref = F.cross_entropy(logits_ref.flatten(0, 1), labels.flatten())
             loss_ref.backward()
         model = apply_tp(whole, mesh, scheme=scheme, norm=norm, sequence_parallel=sp)
-        # the initial model is the same whatever the layout
+        # apply_tp shards the values it is given, each once (a layout's own init, drawn shard by shard, is
+        # tests/multiprocess/test_sharded_init.py's)
         ref_params = dict(ref.named_parameters())
         for name, p in model.named_parameters():
             assert torch.equal(_full(p.detach()), ref_params[name].detach()), (
-                f"{tag}: init differs for {name}"
+                f"{tag}: sharding changed {name}"
             )
         with loss_parallel():
             logits = model(tokens)
