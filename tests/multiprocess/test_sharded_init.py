@@ -23,9 +23,9 @@ from torchtitan_ext.infra.parallelize import apply_fsdp
 DEFAULT_CHUNK = keyed_normal.CHUNK
 
 # (kind, grouped, scheme, chunk): the placements differ: btp shards A on d_in and B on d_out, vanilla
-# A on r and B on r, megatron the dense weights, LaX's crossings are replicated; grouped A_qkv / batched B_kv are multi-part. The
-# default chunk draws each of the debug model's shards at once; 48 elements cut them mid-row, and
-# the single-process reference is drawn at the default.
+# A on r and B on r, megatron the dense weights, LaX's crossings are replicated; grouped A_qkv /
+# batched B_kv are multi-part. The default chunk draws each of the debug model's shards at once; 48
+# elements cut them mid-row, and the single-process reference is drawn at the default.
 FSDP_TP_CASES = [
     ("cola", True, "btp", DEFAULT_CHUNK),
     ("cola", True, "btp", 48),

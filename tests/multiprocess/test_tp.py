@@ -281,33 +281,28 @@ def test_boost_parallel_style_on_a_plain_sequential():
 
 
 def test_apply_tp_refuses_shapes_that_do_not_divide():
-    # debug flavor has 4 kv heads: TP 8 cannot place them; here the check runs before any sharding.
+    # the check runs before any sharding
     from boost.training.parallel import check_tp_shapes
 
     args = _args("cola", True)
-    with pytest.raises(ValueError, match="tensor_parallel_degree = 8: must divide kv_heads = 4"):
-        check_tp_shapes(args, 8, "btp")
-    with pytest.raises(ValueError, match="megatron is the dense baseline"):
-        check_tp_shapes(args, 2, "megatron")
-    with pytest.raises(ValueError, match="group_linears = false"):
-        check_tp_shapes(args, 2, "vanilla")
-    with pytest.raises(ValueError, match="unknown"):
-        check_tp_shapes(args, 2, "ring")
     # each scheme checks the dims it shards: vanilla's heads and FFN stay whole on every rank
     narrow = ModelArgs.from_flavor(
         "debug", vocab_size=VOCAB, n_kv_heads=1, ffn_dim=705, rank=16, group_linears=False
     )
     check_tp_shapes(narrow, 2, "vanilla")
-    with pytest.raises(ValueError, match="tensor_parallel_degree = 2: must divide kv_heads = 1"):
-        check_tp_shapes(narrow, 2, "btp")
     dense = ModelArgs.from_flavor("debug", linear="full", vocab_size=VOCAB, ffn_dim=705)
-    with pytest.raises(ValueError, match="tensor_parallel_degree = 2: must divide ffn_dim = 705"):
-        check_tp_shapes(dense, 2, "megatron")
-    # apply_tp applies a plan on one rank too: the kind and grouping are the scheme's there as well
-    with pytest.raises(ValueError, match="megatron is the dense baseline"):
-        check_tp_shapes(args, 1, "megatron")
-    with pytest.raises(ValueError, match="group_linears = false"):
-        check_tp_shapes(args, 1, "vanilla")
-    # a plan the scheme does not have is refused, not run without it
-    with pytest.raises(ValueError, match="sequence_parallel = True: vanilla has no such plan"):
-        check_tp_shapes(narrow, 2, "vanilla", sequence_parallel=True)
+    for model, t, scheme, sequence_parallel, message in (
+        (args, 8, "btp", False, "tensor_parallel_degree = 8: must divide kv_heads = 4"),  # debug's 4 kv heads
+        (args, 2, "megatron", False, "megatron is the dense baseline"),
+        (args, 2, "vanilla", False, "group_linears = false"),
+        (args, 2, "ring", False, "unknown"),
+        (narrow, 2, "btp", False, "tensor_parallel_degree = 2: must divide kv_heads = 1"),
+        (dense, 2, "megatron", False, "tensor_parallel_degree = 2: must divide ffn_dim = 705"),
+        # apply_tp applies a plan on one rank too: the kind and grouping are the scheme's there as well
+        (args, 1, "megatron", False, "megatron is the dense baseline"),
+        (args, 1, "vanilla", False, "group_linears = false"),
+        # a plan the scheme does not have is refused, not run without it
+        (narrow, 2, "vanilla", True, "sequence_parallel = True: vanilla has no such plan"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            check_tp_shapes(model, t, scheme, sequence_parallel)
