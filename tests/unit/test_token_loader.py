@@ -7,6 +7,7 @@ ranks' loaders are built side by side, and a DCP checkpoint of a loader is saved
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -20,7 +21,7 @@ import torch.distributed.checkpoint as dcp
 from torchtitan.config import ConfigManager
 
 from boost.training.config_error import ConfigError
-from boost.training.data.token_folder import read_manifest
+from boost.training.data.token_folder import read_manifest, write_manifest
 from tests.token_folders import write_token_folder
 from torchtitan_ext.data.text_datasets import build_boost_dataloader, build_boost_validation_dataloader
 from torchtitan_ext.data.token_loader import GlobalOrderDataloader
@@ -199,6 +200,24 @@ def test_the_preflight_refuses_what_a_token_folder_cannot_serve(
         f"{str(no_held_out)!r}, which has none: prepare held-out text into its own folder and set "
         "validation.dataset_path to it, or prepare the training corpus with --validation-fraction F"
     )
+    # a validation folder read whole (no held-out split) that is the training text, or prepared from its files
+    same_text = tmp_path / "same-text"
+    manifest = write_token_folder(same_text, tokenizer_folder, VOCAB, [list(range(2048))])
+    write_manifest(same_text, dataclasses.replace(manifest, inputs=read_manifest(no_held_out, "x").inputs))
+    for validation, why in (
+        (f"{no_held_out}/", f"it is training.dataset_path's {str(no_held_out)!r}"),
+        (
+            str(same_text),
+            f"it was prepared from {str(no_held_out / 'made-in-a-test')!r}, as is training.dataset_path's",
+        ),
+    ):
+        message = refusal(args(no_held_out, "--validation.dataset_path", validation))
+        assert (
+            message.startswith(f"validation.dataset_path = {validation!r}: has no held-out split")
+            and why in message
+        )
+        assert message.endswith("or prepare held-out text into its own folder")
+    check_job(args(folder, "--validation.dataset_path", str(same_text)), 1)  # other text: read whole
     assert refusal(args(f"0.7:{folder},{no_held_out}")) == (
         f"training.dataset_path = '0.7:{folder},{no_held_out}': entry {str(no_held_out)!r} has no weight: every "
         'folder of a blend needs one; write "DIR", or "W1:DIR1,W2:DIR2,..." with positive weights '

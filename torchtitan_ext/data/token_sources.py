@@ -4,7 +4,8 @@
   the ``train`` split of each folder, shuffled with ``training.dataset_seed`` (unset: ``debug.seed``,
   else 0);
 - validation: ``validation.dataset_path`` in the same form, each folder's ``validation`` split where
-  it has one, else its ``train`` split (a folder prepared from held-out text alone); unset, the
+  it has one, else its ``train`` split (a folder prepared from held-out text alone, refused where it is
+  the training text); unset, the
   ``validation`` splits of the training folders (``--validation-fraction`` at prepare), with the
   training weights.
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from pathlib import Path
 
 from boost.training.config_error import refuse
 from boost.training.data.token_blend import parse_blend
@@ -96,12 +98,15 @@ def validation_sources(job) -> tuple[TokenSource, ...]:
     spec = job.validation.dataset_path
     if spec:
         field = "validation.dataset_path"
+        training = training_sources(job) if is_tokens(job.training.dataset) else ()
         sources = []
         for part in parse_blend(spec, field):
             manifest = read_manifest(part.folder, field)
             split = "validation" if _holds_tokens(manifest, "validation") else "train"
             if not _holds_tokens(manifest, split):
                 refuse(field, part.folder, "holds no token in either split: prepare held-out text into it")
+            if split == "train":
+                _refuse_training_text(part.folder, manifest, training)
             sources.append(TokenSource(part.folder, part.weight, manifest, split, field))
         return tuple(sources)
     if not is_tokens(job.training.dataset):
@@ -123,3 +128,23 @@ def validation_sources(job) -> tuple[TokenSource, ...]:
             )
         sources.append(TokenSource(train.folder, train.weight, train.manifest, "validation", train.field))
     return tuple(sources)
+
+
+def _refuse_training_text(folder: str, manifest: Manifest, training: tuple[TokenSource, ...]) -> None:
+    """A validation folder read whole (it has no held-out split) must not be text the run trains on: one of
+    the training folders, or a folder prepared from one of their input files. The loss would then score
+    training windows, and nothing would say so."""
+    inputs = {f.path for f in manifest.inputs}
+    for train in training:
+        same_folder = Path(folder).resolve() == Path(train.folder).resolve()
+        shared = sorted(inputs & {f.path for f in train.manifest.inputs})
+        if same_folder or shared:
+            what = "is" if same_folder else f"was prepared from {shared[0]!r}, as is"
+            refuse(
+                "validation.dataset_path",
+                folder,
+                f"has no held-out split, so validation would read its train split, and it {what} "
+                f"training.dataset_path's {train.folder!r}: the loss would score training text. Prepare "
+                "the training corpus with --validation-fraction F (and leave validation.dataset_path unset), "
+                "or prepare held-out text into its own folder",
+            )
