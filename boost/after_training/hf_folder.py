@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from boost.after_training.hf import REMOTE_CODE_FILES
+from boost.training.data.run_tokenizer import missing_special_tokens, special_token_text
 from boost.training.model.args import ModelArgs
 from boost.training.rules import MODEL_NAME
 
@@ -218,7 +219,10 @@ def write_tokenizer(
             f"{config_file} is not valid JSON ({e}); restore it from the tokenizer's source"
         ) from None
     tokenizer = Tokenizer.from_file(str(source))
-    bos, eos = _token_text(config.get("bos_token")), _token_text(config.get("eos_token"))
+    missing = missing_special_tokens(tokenizer, config)
+    if missing:
+        raise ValueError(f"{config_file} {missing}")
+    bos, eos = special_token_text(config.get("bos_token")), special_token_text(config.get("eos_token"))
     bos_id = tokenizer.token_to_id(bos) if bos else None
     eos_id = tokenizer.token_to_id(eos) if eos else None
     if bos_id is not None:
@@ -236,13 +240,3 @@ def write_tokenizer(
     (path / "tokenizer_config.json").write_text(json.dumps(hf_config, indent=2))
     (path / "special_tokens_map.json").write_text(json.dumps({"bos_token": bos, "eos_token": eos}, indent=2))
     return bos_id, eos_id
-
-
-def _token_text(token: str | dict | None) -> str | None:
-    """A special token as ``tokenizer_config.json`` names it: a string, or transformers' serialised
-    ``AddedToken`` (``{"__type": "AddedToken", "content": "<s>", ...}``, as LLaMA 2's folders hold)."""
-    if isinstance(token, dict):
-        if not isinstance(token.get("content"), str):
-            raise ValueError(f"tokenizer_config.json: special token {token!r} has no 'content' string")
-        return token["content"]
-    return token

@@ -6,6 +6,7 @@ Run from the repository root: ``python -m pytest tests/unit/test_data.py -q``.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -21,9 +22,11 @@ from torchtitan.hf_datasets.text_datasets import DATASETS, build_text_validation
 import boost.training.data.offline_tokenizer as offline_tokenizer
 import boost.training.data.stdlib_corpus as stdlib_corpus
 import torchtitan_ext.data.text_datasets as text_datasets
+from boost.after_training.hf_folder import write_tokenizer
 from boost.training.config_error import ConfigError
 from boost.training.data.local_files import read_local_corpus
 from boost.training.data.offline_tokenizer import BOS_TOKEN, EOS_TOKEN
+from boost.training.data.run_tokenizer import RunError, load_tokenizer
 from boost.training.data.stdlib_corpus import stdlib_files, stdlib_root
 from torchtitan_ext.data.text_datasets import (
     build_boost_dataloader,
@@ -459,6 +462,31 @@ def test_tokenizer_file_that_does_not_parse_is_refused(tmp_path, tokenizer):
     (tmp_path / "tokenizer_config.json").write_text("{")
     with pytest.raises(ConfigError, match=r"tokenizer_config\.json is not valid JSON"):
         check_tokenizer_assets(str(tmp_path), 1)
+    with pytest.raises(RunError, match=r"tokenizer_config\.json is not valid JSON"):
+        load_tokenizer(tmp_path)  # prepare's and the after-training tools' reader
+
+
+def test_a_special_token_the_tokenizer_does_not_hold_is_refused_by_every_reader(tmp_path, tokenizer):
+    # torchtitan's tokenizer would add it as a new id: the trainer would frame documents with ids the
+    # prepared corpus and the after-training tools never saw
+    (tmp_path / "tokenizer.json").write_bytes(
+        (Path(tokenizer.tokenizer_path) / "tokenizer.json").read_bytes()
+    )
+    config = json.loads((Path(tokenizer.tokenizer_path) / "tokenizer_config.json").read_text())
+    as_object = {"__type": "AddedToken", "content": config["eos_token"]}  # LLaMA 2's form reads the same
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "eos_token": as_object}))
+    check_tokenizer_assets(str(tmp_path), 1)
+    assert load_tokenizer(tmp_path).eos_id == load_tokenizer(tokenizer.tokenizer_path).eos_id
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({**config, "bos_token": "<s-not-held>"}))
+    said = "names bos_token '<s-not-held>', which tokenizer.json does not hold: add it to tokenizer.json's"
+    with pytest.raises(
+        ConfigError, match=re.escape(f"model.hf_assets_path: {tmp_path}/tokenizer_config.json {said}")
+    ):
+        check_tokenizer_assets(str(tmp_path), 1)
+    with pytest.raises(RunError, match=re.escape(f"{tmp_path}/tokenizer_config.json: {said}")):
+        load_tokenizer(tmp_path)
+    with pytest.raises(ValueError, match=re.escape(said)):
+        write_tokenizer(tmp_path, tmp_path / "exported", model_max_length=64)
 
 
 def test_registration_is_idempotent_and_other_names_fall_through(tokenizer, cache_dir):

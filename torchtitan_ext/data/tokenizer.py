@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 
 from boost.training.config_error import ConfigError, refuse
 from boost.training.data.offline_tokenizer import tokenizer_dir
+from boost.training.data.run_tokenizer import missing_special_tokens
 
 if TYPE_CHECKING:
     from torchtitan.components.tokenizer import HuggingFaceTokenizer
@@ -72,11 +73,14 @@ def check_tokenizer_assets(hf_assets_path: str, tp_degree: int) -> None:
     config_json = folder / "tokenizer_config.json"
     if config_json.is_file():
         try:
-            json.loads(config_json.read_text(encoding="utf-8"))
+            config = json.loads(config_json.read_text(encoding="utf-8"))
         except (OSError, ValueError) as e:
             raise ConfigError(
                 f"model.hf_assets_path: {config_json} is not valid JSON ({e}); fix or remove it"
             ) from None
+        missing = missing_special_tokens(tokenizer, config) if isinstance(config, dict) else None
+        if missing:
+            raise ConfigError(f"model.hf_assets_path: {config_json} {missing}")
     vocab_size = tokenizer.get_vocab_size()
     if vocab_size % tp_degree:
         refuse(

@@ -71,14 +71,43 @@ def load_tokenizer(folder: str | Path) -> TextTokenizer:
         raise RunError(f"{folder} holds no tokenizer.json; pass --tokenizer DIR with the run's tokenizer")
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     config_file = folder / "tokenizer_config.json"
-    config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    try:
+        config = json.loads(config_file.read_text()) if config_file.is_file() else {}
+    except (OSError, ValueError) as e:
+        raise RunError(f"{config_file} is not valid JSON ({e}); fix or remove it") from None
+    missing = missing_special_tokens(tokenizer, config)
+    if missing:
+        raise RunError(f"{config_file}: {missing}")
+    bos, eos = (special_token_text(config.get(key)) for key in ("bos_token", "eos_token"))
+    return TextTokenizer(
+        tokenizer,
+        tokenizer.token_to_id(bos) if bos else None,
+        tokenizer.token_to_id(eos) if eos else None,
+        folder,
+    )
 
-    def special(key: str) -> int | None:
-        token = config.get(key)
-        token = token.get("content") if isinstance(token, dict) else token
-        return tokenizer.token_to_id(token) if token else None
 
-    return TextTokenizer(tokenizer, special("bos_token"), special("eos_token"), folder)
+def special_token_text(token: str | dict | None) -> str | None:
+    """A special token as ``tokenizer_config.json`` names it: a string, or transformers' serialised
+    ``AddedToken`` (``{"__type": "AddedToken", "content": "<s>", ...}``)."""
+    return token.get("content") if isinstance(token, dict) else token
+
+
+def missing_special_tokens(tokenizer: Tokenizer, config: dict) -> str | None:
+    """What is wrong where ``tokenizer_config.json`` names a BOS or EOS token its ``tokenizer.json`` does not
+    hold: torchtitan's tokenizer then adds it as a new id, so the trainer would frame documents with ids
+    the prepared corpus and the after-training tools never saw."""
+    absent = [
+        f"{key} {text!r}"
+        for key in ("bos_token", "eos_token")
+        if (text := special_token_text(config.get(key))) and tokenizer.token_to_id(text) is None
+    ]
+    if not absent:
+        return None
+    return (
+        f"names {' and '.join(absent)}, which tokenizer.json does not hold: add it to tokenizer.json's "
+        "added_tokens, or name one it holds"
+    )
 
 
 def run_tokenizer_dir(config: dict) -> Path:
