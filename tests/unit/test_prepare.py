@@ -411,6 +411,7 @@ def test_inputs_and_options_refused_by_name(tmp_path, tokenizer_folder, capsys):
         ("--input", str(tmp_path / "missing")): f"--input {tmp_path / 'missing'}: no such file or folder",
         ("--input", str(tmp_path), "--validation-fraction", "1"): "--validation-fraction 1.0: hold out a "
         "fraction in [0, 1)",
+        ("--input", str(tmp_path), "--workers", "0"): "--workers 0: use at least 1",  # not "all cores"
     }
     for extra, message in cases.items():
         assert main([*base, *extra]) == 2

@@ -359,6 +359,12 @@ def _damaged_folder(tmp_path: Path, damage: str) -> Path:
     elif damage == "no-splits":
         del raw["splits"]
         manifest_file.write_text(json.dumps(raw))
+    elif damage == "null":
+        manifest_file.write_text("null")
+    elif damage == "dtype-list":
+        manifest_file.write_text(json.dumps({**raw, "dtype": [raw["dtype"]]}))
+    elif damage == "splits-list":
+        manifest_file.write_text(json.dumps({**raw, "splits": []}))
     elif damage in ("format", "version", "dtype"):
         raw[damage] = {"format": "other-tokens", "version": 2, "dtype": "int8"}[damage]
         manifest_file.write_text(json.dumps(raw))
@@ -375,6 +381,12 @@ def _damaged_folder(tmp_path: Path, damage: str) -> Path:
     [
         ("cut-short", "its manifest.json cannot be read (Expecting"),
         ("no-splits", "its manifest.json cannot be read ('splits'); prepare the corpus again into a new DIR"),
+        ("null", "its manifest.json cannot be read (not a manifest object with a dtype string); prepare"),
+        (
+            "dtype-list",
+            "its manifest.json cannot be read (not a manifest object with a dtype string); prepare",
+        ),
+        ("splits-list", "its manifest.json cannot be read ('list' object has no attribute 'items'); prepare"),
         (
             "format",
             "manifest.json is format 'other-tokens' v1, this BOOST reads 'boost-tokens' v1: "
@@ -397,7 +409,18 @@ def _damaged_folder(tmp_path: Path, damage: str) -> Path:
             "prepare the corpus again into a new DIR",
         ),
     ],
-    ids=["cut-short", "no-splits", "format", "version", "dtype", "bin-missing", "idx-truncated"],
+    ids=[
+        "cut-short",
+        "no-splits",
+        "null",
+        "dtype-list",
+        "splits-list",
+        "format",
+        "version",
+        "dtype",
+        "bin-missing",
+        "idx-truncated",
+    ],
 )
 def test_read_manifest_refuses_a_folder_damaged_after_prepare(tmp_path, damage, message):
     # the preflight decides from the manifest alone: a folder it cannot trust must stop the run there,

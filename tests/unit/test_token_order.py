@@ -188,6 +188,7 @@ def test_blend_holds_each_share_in_every_prefix_deterministically(tmp_path):
         ("0.7:/a,-1:/b", "weights must be positive"),
         ("0.7:/a,", "has an empty entry (a stray comma)"),
         ("0.5:/a,0.5:/a", "names '/a' twice"),
+        ("0.5:/a,0.5:/a/", "names '/a' twice"),  # one folder spelt two ways
         ("0.5:,0.5:/b", "entry '0.5:' names no folder after its weight"),
     ],
 )

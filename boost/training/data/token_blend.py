@@ -18,6 +18,7 @@ stored (Megatron builds and caches an index of every sample of the run).
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
@@ -77,8 +78,9 @@ def parse_blend(spec: str | None, field: str) -> tuple[BlendPart, ...]:
         if not folder:
             refuse(field, spec, f"entry {item!r} names no folder after its weight; write {BLEND_FORM}")
         parts.append((weight, folder))
-    folders = [folder for _, folder in parts]
-    repeated = sorted({f for f in folders if folders.count(f) > 1})
+    # one folder spelt two ways ("/x", "/x/", "./x") is still read twice, each with its own shuffle
+    folders = [os.path.realpath(os.path.expanduser(folder)) for _, folder in parts]
+    repeated = sorted({parts[i][1] for i, f in enumerate(folders) if folders.count(f) > 1})
     if repeated:
         refuse(field, spec, f"names {repeated[0]!r} twice: give each folder once, with its whole weight")
     total = sum(w for w, _ in parts)

@@ -123,7 +123,10 @@ class Manifest:
 
     @staticmethod
     def from_json(text: str) -> Manifest:
+        """``ValueError`` or ``TypeError`` where ``text`` is not a manifest (``read_manifest`` says which)."""
         raw = json.loads(text)
+        if not isinstance(raw, dict) or not isinstance(raw.get("dtype"), str):
+            raise ValueError("not a manifest object with a dtype string")
         splits = {
             name: Split(tuple(Shard(**s) for s in split["shards"]), split["max_token_id"])
             for name, split in raw.pop("splits").items()
@@ -253,7 +256,7 @@ def read_manifest(folder: str | Path, field: str) -> Manifest:
         )
     try:
         manifest = Manifest.from_json(manifest_file.read_text())
-    except (OSError, ValueError, TypeError, KeyError) as e:
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as e:
         refuse(
             field,
             str(folder),

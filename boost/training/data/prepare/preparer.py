@@ -113,7 +113,7 @@ def prepare_corpus(
     """
     if not 0.0 <= validation_fraction < 1.0:
         raise ConfigError(f"--validation-fraction {validation_fraction}: hold out a fraction in [0, 1)")
-    workers = workers or default_workers()
+    workers = default_workers() if workers is None else workers
     if workers < 1:
         raise ConfigError(f"--workers {workers}: use at least 1")
     output = Path(output).expanduser().resolve()
