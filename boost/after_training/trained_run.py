@@ -42,6 +42,7 @@ from boost.training.data.run_tokenizer import (
     read_toml,
     run_tokenizer_dir,
 )
+from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
 from boost.training.model.args import FLAVORS, ModelArgs
 from boost.training.model.model import Transformer, rope_cache
 from boost.training.options import BoostOptions
@@ -181,6 +182,15 @@ def load_checkpoint_model(
         raise RunError(
             f"{path}: the checkpoint lacks {len(missing)} model tensor(s) the config implies, e.g. {missing[:3]}"
         )
+    # and holds none the config leaves out (a LaX gate read as lax_gate = "none" would drop it unread);
+    # the model's tensors are those under its own top-level names (the optimizer's and others are not)
+    roots = {prefix + k.split(".")[0] + "." for k in model.state_dict()}
+    extra = sorted(k for k in shapes if k.startswith(tuple(roots)) and k not in state)
+    if extra:
+        raise RunError(
+            f"{path}: the checkpoint holds {len(extra)} model tensor(s) the config does not build, e.g. "
+            f"{extra[:3]}; pass the TOML this run was trained with"
+        )
     wrong = [k for k, v in state.items() if tuple(shapes[k]) != tuple(v.shape)]
     if wrong:
         k = wrong[0]
@@ -219,6 +229,14 @@ def load_run(
         raise RunError(
             f"tokenizer {tokenizer.folder} has {tokenizer.vocab_size} tokens, the checkpoint's embedding "
             f"{model.model_args.vocab_size}; pass --tokenizer with the run's tokenizer folder"
+        )
+    # the size alone does not make it the run's: a retrained BPE of the same size maps ids to other text
+    recorded = (identity or {}).get("tokenizer")
+    if recorded is not None and recorded != tokenizer_fingerprint(tokenizer.folder):
+        raise RunError(
+            f"tokenizer {tokenizer.folder} ({tokenizer_fingerprint(tokenizer.folder)[:19]}…) is not the one "
+            f"{path} was trained with ({recorded[:19]}…): its ids would mean other text; pass --tokenizer with "
+            "the run's tokenizer folder"
         )
     return TrainedRun(model, tokenizer, path, config)
 

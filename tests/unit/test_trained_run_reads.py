@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import pytest
@@ -148,3 +149,26 @@ def test_a_shard_local_run_is_not_exported_on_any_process_count(tmp_path, monkey
     assert main(["export", "--config", str(toml), "--out", str(tmp_path / "hf")]) == 2
     assert "no Hugging Face folder computes" in capsys.readouterr().err
     assert not (tmp_path / "hf").exists()
+
+
+def test_a_tokenizer_of_the_same_size_but_not_the_runs_is_refused(tmp_path):
+    # the checkpoint records its tokenizer's fingerprint: a retrained BPE of the same size maps the same ids
+    # to other text, and only the size was compared
+    from boost.after_training.trained_run import load_run
+    from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
+    from tests.trained_runs import make_run, offline_tokenizer_dir
+
+    toml = make_run(tmp_path, "cola")
+    identity = tmp_path / "checkpoint" / "step-3" / MODEL_IDENTITY_FILE
+    recorded = {"linear": "cola", "tokenizer": tokenizer_fingerprint(offline_tokenizer_dir())}
+    identity.write_text(json.dumps({"model": recorded}))
+    load_run(toml)  # the run's own
+    other = tmp_path / "other-tokenizer"
+    shutil.copytree(offline_tokenizer_dir(), other)
+    vocabulary = json.loads((other / "tokenizer.json").read_text())
+    vocab = vocabulary["model"]["vocab"]
+    first, second = sorted(vocab, key=vocab.get)[300:302]  # two ordinary tokens' ids swapped
+    vocab[first], vocab[second] = vocab[second], vocab[first]
+    (other / "tokenizer.json").write_text(json.dumps(vocabulary))
+    with pytest.raises(RunError, match=f"tokenizer {other} .* is not the one .* was trained with"):
+        load_run(toml, tokenizer_dir=other)

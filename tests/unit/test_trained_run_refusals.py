@@ -113,3 +113,18 @@ def test_a_checkpoint_tensor_of_another_shape_is_refused_naming_both_shapes(tmp_
         match=re.escape(f"{path}: tensor norm.weight has shape (128,), the config implies (256,)"),
     ):
         load_checkpoint_model(path, _config(), "run.toml")
+
+
+def test_a_checkpoint_holding_model_tensors_the_config_does_not_build_is_refused(tmp_path):
+    # a LaX checkpoint with no model record, read with a TOML whose gate is "none": its gates would be
+    # dropped unread, another model scored without a word
+    state = _state("lax")
+    state["optimizer.state.layers.0.attention.q.A.exp_avg"] = torch.zeros(1)  # not the model's: ignored
+    path = _save(tmp_path / "step-1", state)
+    config = _config(linear="lax")
+    config["boost"]["lax_gate"] = "none"
+    with pytest.raises(RunError, match=re.escape(f"{path}: the checkpoint holds ")) as refused:
+        load_checkpoint_model(path, config, "run.toml")
+    assert "latent.gate_" in str(refused.value) and "optimizer" not in str(refused.value)
+    config["boost"]["lax_gate"] = "tensorized"
+    load_checkpoint_model(path, config, "run.toml")
