@@ -16,6 +16,7 @@ CLI (newest checkpoint of the run, or ``--checkpoint step-N folder | N``)::
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from collections.abc import Iterator
 
@@ -29,7 +30,9 @@ def next_token_distribution(
     logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None
 ) -> torch.Tensor:
     """Probabilities ``(vocab,)`` of the next token from its logits, with temperature, top-k and top-p applied."""
-    logits = logits.float() / temperature
+    logits = logits.float()
+    # shifted first, so that a tiny temperature sends the others to -inf, not the best to inf (inf - inf: nan)
+    logits = (logits - logits.max()) / temperature
     if top_k is not None and top_k < logits.numel():
         kth = torch.topk(logits, top_k).values[-1]
         logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -45,8 +48,8 @@ def next_token_distribution(
 
 def check_sampling(temperature: float, top_k: int | None, top_p: float | None, max_new_tokens: int) -> None:
     """``ValueError`` naming the option and its range, before any work."""
-    if temperature < 0:
-        raise ValueError(f"--temperature {temperature} must be >= 0 (0 = greedy)")
+    if not temperature >= 0 or math.isinf(temperature):  # nan fails the comparison
+        raise ValueError(f"--temperature {temperature} must be a finite number >= 0 (0 = greedy)")
     if top_k is not None and top_k < 1:
         raise ValueError(f"--top-k {top_k} must be >= 1 (leave it out for no cut)")
     if top_p is not None and not 0 < top_p <= 1:

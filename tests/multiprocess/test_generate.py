@@ -61,6 +61,7 @@ def test_sampling_options():
     greedy = list(sample(model, [1, 2, 3], 12, temperature=0))
     assert list(sample(model, [1, 2, 3], 12, temperature=1.0, top_k=1, seed=5)) == greedy
     assert list(sample(model, [1, 2, 3], 12, temperature=1.0, top_p=1e-6, seed=5)) == greedy
+    assert list(sample(model, [1, 2, 3], 12, temperature=1e-45, seed=5)) == greedy  # cold: greedy, not nan
     hot = dict(temperature=2.0, seed=7)
     assert list(sample(model, [1, 2, 3], 12, **hot)) == list(sample(model, [1, 2, 3], 12, **hot))
     assert list(sample(model, [1, 2, 3], 12, **hot)) != list(
@@ -74,6 +75,8 @@ def test_sampling_options():
     assert (probs > 0).tolist() == [True, True, False, False]  # 0.665 < 0.8 <= 0.91: two tokens
     for bad, match in [
         (dict(temperature=-1), "--temperature"),
+        (dict(temperature=float("nan")), "--temperature nan must be a finite number"),
+        (dict(temperature=float("inf")), "--temperature inf must be a finite number"),
         (dict(top_k=0), "--top-k"),
         (dict(top_p=0), "--top-p"),
     ]:

@@ -448,6 +448,8 @@ def test_tokenizer_file_that_does_not_parse_is_refused(tmp_path, tokenizer):
         ConfigError, match=rf"model\.hf_assets_path: {tmp_path}/tokenizer\.json does not parse"
     ):
         check_tokenizer_assets(str(tmp_path), 1)
+    with pytest.raises(RunError, match=rf"{tmp_path}/tokenizer\.json does not parse as a tokenizers file"):
+        load_tokenizer(tmp_path)  # prepare's and the after-training tools' reader: one line, not a traceback
     check_tokenizer_assets(
         tokenizer.tokenizer_path, 1
     )  # the real one passes, and its 1024 tokens split 2 ways

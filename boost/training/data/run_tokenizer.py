@@ -69,7 +69,13 @@ def load_tokenizer(folder: str | Path) -> TextTokenizer:
     folder = Path(folder)
     if not (folder / "tokenizer.json").is_file():
         raise RunError(f"{folder} holds no tokenizer.json; pass --tokenizer DIR with the run's tokenizer")
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    try:
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for any parse error
+        raise RunError(
+            f"{folder / 'tokenizer.json'} does not parse as a tokenizers file ({e}); pass --tokenizer DIR "
+            "with the run's tokenizer"
+        ) from None
     config_file = folder / "tokenizer_config.json"
     try:
         config = json.loads(config_file.read_text()) if config_file.is_file() else {}
