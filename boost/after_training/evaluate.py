@@ -4,7 +4,8 @@ Documents are framed and packed exactly as the trainer's validation packs them (
 ``HuggingFaceTextDataset``): ``[BOS] text [EOS]`` per document, concatenated, cut into consecutive
 windows of ``seq_len + 1`` tokens; each window scores its last ``seq_len`` tokens, attending as the run
 did (``boost.attn_mask_type``: under ``block_causal`` each token within its own document of the window,
-SDPA's mask of the trainer's). So the loss here is the trainer's validation loss on the same split. Reported:
+SDPA's mask of the trainer's). So the loss here is the trainer's validation loss on the same split, where
+the trainer validated on one data-parallel rank (with more, each rank reads its own share of the windows). Reported:
 
 - ``loss``: mean next-token cross-entropy in nats, ``perplexity = exp(loss)``;
 - ``bits_per_byte``: the summed cross-entropy in bits over the UTF-8 bytes of the scored tokens
@@ -19,7 +20,9 @@ CLI (the run's held-out split, or ``--data`` a ``.txt``/``.jsonl``/``.parquet`` 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -49,24 +52,40 @@ class Score:
         )
 
 
+# SentencePiece's space symbol, and its byte-fallback tokens (LLaMA 2, Mistral: one byte each)
+_SPACE_SYMBOL = "\u2581"
+_FALLBACK_BYTE = re.compile(r"<0x[0-9A-Fa-f]{2}>")
+
+
 def token_byte_lengths(tokenizer) -> torch.Tensor:
     """UTF-8 bytes each token id stands for (``(vocab,)``; special tokens 0).
 
     Byte-level BPE (BOOST's offline tokenizer, GPT-2/LLaMA-3 style) spells every token in a
-    256-symbol alphabet, one symbol per byte, so its length is exact. Other tokenizers decode each
-    token alone, which is exact for whole-character tokens.
+    256-symbol alphabet, one symbol per byte, so its length is exact. SentencePiece-style tokens (LLaMA 2,
+    Mistral) spell a space ``▁`` and a byte-fallback byte ``<0xNN>``: one byte each (a document's first
+    word counts the space its tokenizer prepends, one byte the text lacks). Other tokenizers decode each
+    token alone, exact for whole-character tokens.
     """
-    from tokenizers import decoders
-
     tok = tokenizer.tokenizer
-    byte_level = isinstance(tok.decoder, decoders.ByteLevel)
+    # a decoder of any shape (ByteLevel alone, or inside a Sequence) is found in its serialised form
+    byte_level = '"type":"ByteLevel"' in json.dumps(
+        json.loads(tok.to_str()).get("decoder"), separators=(",", ":")
+    )
     special = {t for t in (tokenizer.bos_id, tokenizer.eos_id) if t is not None}
     special |= {i for i, t in tok.get_added_tokens_decoder().items() if t.special}
     lengths = torch.zeros(tok.get_vocab_size(), dtype=torch.long)
     for i in range(tok.get_vocab_size()):
         if i in special:
             continue
-        lengths[i] = len(tok.id_to_token(i)) if byte_level else len(tok.decode([i]).encode("utf-8"))
+        piece = tok.id_to_token(i)
+        if byte_level:
+            lengths[i] = len(piece)
+        elif _FALLBACK_BYTE.fullmatch(piece):
+            lengths[i] = 1
+        elif _SPACE_SYMBOL in piece:  # decoded alone, its leading ▁ would be stripped
+            lengths[i] = len(piece.replace(_SPACE_SYMBOL, " ").encode("utf-8"))
+        else:
+            lengths[i] = len(tok.decode([i]).encode("utf-8"))
     return lengths
 
 

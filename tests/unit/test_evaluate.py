@@ -133,3 +133,31 @@ def test_cli_scores_a_local_file(tmp_path, capsys):
     assert "nope.txt" in capsys.readouterr().err
     assert main(["--config", str(toml), "--data", str(data), "--seq-len", "0"]) == 2
     assert "--seq-len 0 must be >= 1" in capsys.readouterr().err
+
+
+def test_sentencepiece_style_tokens_count_their_spaces_and_fallback_bytes(tmp_path):
+    # LLaMA 2's layout: ▁ for a space, byte-fallback tokens <0xNN>; decoded alone, "▁the" loses its space
+    # and a lone byte decodes to U+FFFD (3 bytes)
+    import json
+
+    from tokenizers import Tokenizer, decoders, models, normalizers
+
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2, **{f"<0x{b:02X}>": 3 + b for b in range(256)}}
+    for piece in ["▁", "t", "h", "e", "r", "▁t", "▁th", "▁the"]:
+        vocab.setdefault(piece, len(vocab))
+    merges = [("▁", "t"), ("▁t", "h"), ("▁th", "e")]
+    sp = Tokenizer(models.BPE(vocab, merges, unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    sp.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    sp.decoder = decoders.Sequence(
+        [decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(), decoders.Strip(" ", 1, 0)]
+    )
+    sp.save(str(tmp_path / "tokenizer.json"))
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"bos_token": "<s>", "eos_token": "</s>"}))
+    tokenizer = load_tokenizer(tmp_path)
+    text = "the über"
+    ids = sp.encode(text).ids
+    assert sp.decode(ids) == text and sp.encode(text).tokens[:3] == ["▁the", "▁", "<0xC3>"]
+    lengths = token_byte_lengths(tokenizer)
+    # the text's bytes, and the one space the tokenizer prepends to a document's first word
+    assert int(lengths[torch.tensor(ids)].sum()) == len(text.encode("utf-8")) + 1
+    assert lengths[tokenizer.bos_id] == lengths[tokenizer.eos_id] == 0
