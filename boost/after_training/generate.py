@@ -70,7 +70,8 @@ def sample(
     eos_id: int | None = None,
     use_cache: bool = True,
 ) -> Iterator[int]:
-    """Yield up to ``max_new_tokens`` token ids continuing ``prompt_ids`` (stops after ``eos_id``).
+    """Yield up to ``max_new_tokens`` token ids continuing ``prompt_ids`` (stops after ``eos_id``). A model
+    trained with ``block_causal`` attention continues the prompt's last document (after its last ``eos_id``).
 
     ``use_cache=False`` re-runs the whole prefix every step (the reference the cache must match).
 
@@ -85,6 +86,11 @@ def sample(
     check_sampling(temperature, top_k, top_p, max_new_tokens)
     if not prompt_ids:
         raise ValueError("the prompt is empty: give at least one token (the tokenizer's BOS is one)")
+    ends = [i for i, t in enumerate(prompt_ids[:-1]) if t == eos_id]
+    if model.model_args.attn_mask_type == "block_causal" and ends:
+        # The run attended within each document only, and documents end at EOS: the continuation reads
+        # the prompt's last document alone (RoPE is relative: its logits are those of the masked window).
+        prompt_ids = prompt_ids[ends[-1] + 1 :]
     limit = model.model_args.max_seq_len
     if len(prompt_ids) + max_new_tokens > limit:
         raise ValueError(

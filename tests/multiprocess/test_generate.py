@@ -86,6 +86,32 @@ def test_sampling_options():
         next(sample(model, [1] * 60, 10))
 
 
+def test_a_block_causal_model_continues_the_prompts_last_document():
+    # the run attended within documents (they end at EOS): the next token is the masked window's, not
+    # a causal pass over every document of the prompt
+    from boost.training.model.attention import block_causal_mask
+
+    model = _tiny("lax")
+    model.model_args.attn_mask_type = "block_causal"
+    eos = 3
+    for seed in range(20):  # a prompt whose next token the two attentions tell apart
+        prompt = torch.randint(4, 128, (20,), generator=torch.Generator().manual_seed(seed)).tolist()
+        prompt[6] = prompt[13] = eos
+        tokens = torch.tensor([prompt])
+        with torch.no_grad():
+            masked = model(tokens, attention_masks=block_causal_mask(tokens, eos))[0, -1]
+            causal = model(tokens)[0, -1]
+        if int(masked.argmax()) != int(causal.argmax()):
+            break
+    assert int(masked.argmax()) != int(causal.argmax())
+    with torch.no_grad():  # RoPE is relative: the last document alone gives the masked window's logits
+        torch.testing.assert_close(model(torch.tensor([prompt[14:]]))[0, -1], masked, rtol=1e-5, atol=1e-5)
+    assert next(sample(model, prompt, 1, temperature=0, eos_id=eos)) == int(masked.argmax())
+    assert list(sample(model, prompt, 8, temperature=0, eos_id=eos)) == list(
+        sample(model, prompt[14:], 8, temperature=0, eos_id=eos)
+    )
+
+
 @pytest.fixture(scope="module")
 def cola_run(tmp_path_factory):
     return make_run(tmp_path_factory.mktemp("cola_run"), "cola")
