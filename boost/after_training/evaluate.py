@@ -135,7 +135,8 @@ def score(
     def flush() -> None:
         nonlocal nll, tokens, n_bytes
         ids = torch.tensor(batch)
-        masks = KERNELS["sdpa"].masks(ids[:, :-1], mask_type, eos_id)  # None for causal: SDPA's is_causal
+        # the model's own kernel's masks (SDPA's None for causal: its is_causal)
+        masks = KERNELS[model.model_args.attn_type].masks(ids[:, :-1], mask_type, eos_id)
         logits = model(ids[:, :-1], attention_masks=masks)
         labels = ids[:, 1:]
         # Summed in float64: the same total whatever the batching or process count.

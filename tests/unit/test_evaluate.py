@@ -161,3 +161,18 @@ def test_sentencepiece_style_tokens_count_their_spaces_and_fallback_bytes(tmp_pa
     # the text's bytes, and the one space the tokenizer prepends to a document's first word
     assert int(lengths[torch.tensor(ids)].sum()) == len(text.encode("utf-8")) + 1
     assert lengths[tokenizer.bos_id] == lengths[tokenizer.eos_id] == 0
+
+
+def test_a_flex_attention_model_is_scored_with_its_own_masks(tokenizer):
+    # score() built SDPA's masks whatever the kernel: a flex model got None, and FlexAttention without a
+    # block mask attended the future
+    windows = list(packed_windows(_documents(tokenizer), 16))[:2]
+    lengths = token_byte_lengths(tokenizer)
+    scores = {}
+    for kernel in ("sdpa", "flex"):
+        torch.manual_seed(0)
+        args = ModelArgs.from_flavor("debug", vocab_size=tokenizer.vocab_size, n_layers=1, attn_type=kernel)
+        scores[kernel] = score(Transformer(args).eval(), windows, lengths, progress=False).loss
+    assert math.isclose(scores["flex"], scores["sdpa"], rel_tol=1e-5)
+    with pytest.raises(ValueError, match="needs its BlockMask"):
+        Transformer(args).eval()(torch.tensor(windows)[:, :-1])

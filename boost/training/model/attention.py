@@ -114,6 +114,12 @@ class FlexAttention(nn.Module):
         return block_mask_fn(mask_mod, b, None, s, s, device=tokens.device)
 
     def forward(self, q, k, v, *, attention_masks: BlockMask) -> torch.Tensor:
+        if attention_masks is None:  # flex_attention without a block mask attends every key, the future's too
+            raise ValueError(
+                "attn_type = 'flex' needs its BlockMask (FlexAttention.masks, or the model's "
+                "get_attention_masks): without one every token would attend the future; the after-training "
+                "tools build attn_type = 'sdpa'"
+            )
         gqa = q.shape[1] != k.shape[1]
         return type(self).kernel(q, k, v, block_mask=attention_masks, enable_gqa=gqa)
 
