@@ -119,10 +119,13 @@ def sample(
 
 class StreamingDecoder:
     """Decodes a growing id list into text pieces; a byte-level token may end inside a UTF-8
-    character, so a piece is released only once the text decoded so far ends in a whole one."""
+    character, so a piece is released only once the text decoded so far ends in a whole one. Decoded
+    after ``prefix`` (the prompt's ids): a tokenizer that strips a text's leading space (SentencePiece's
+    ``▁``) keeps the continuation's first one."""
 
-    def __init__(self, tokenizer):
-        self.tokenizer, self.ids, self.emitted = tokenizer, [], 0
+    def __init__(self, tokenizer, prefix: list[int] = ()):
+        self.tokenizer, self.ids = tokenizer, list(prefix)
+        self.emitted = len(tokenizer.decode(self.ids)) if self.ids else 0
 
     def push(self, token: int) -> str:
         self.ids.append(token)
@@ -167,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             print(f"[{run.checkpoint}]", file=sys.stderr)
             sys.stdout.write(ns.prompt)
-        stream = StreamingDecoder(run.tokenizer)
+        stream = StreamingDecoder(run.tokenizer, prompt_ids)
         for token in tokens:
             piece = stream.push(token)
             if rank == 0 and piece:

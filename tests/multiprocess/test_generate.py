@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from boost.after_training.evaluate import packed_windows, score, token_byte_lengths
-from boost.after_training.generate import main, next_token_distribution, sample
+from boost.after_training.generate import StreamingDecoder, main, next_token_distribution, sample
 from boost.after_training.trained_run import load_run, shard_for_inference
 from boost.training.model import ModelArgs, Transformer
 from boost.training.model.kv_cache import KVCache
@@ -207,3 +207,15 @@ def test_the_kv_cache_refuses_positions_beyond_the_rope_table():
         ):
             model(torch.zeros(1, 10, dtype=torch.long), cache=cache)
     assert cache.seen == 60  # the refused tokens left the cache as it was
+
+
+def test_the_stream_keeps_the_continuations_leading_space():
+    # SentencePiece decoders strip a text's leading space: decoded alone, " lazy" after "the" streamed "lazy"
+    class StripsLeadingSpace:
+        pieces = {0: "▁the", 1: "▁lazy", 2: "▁dog"}
+
+        def decode(self, ids):
+            return "".join(self.pieces[i] for i in ids).replace("▁", " ").lstrip(" ")
+
+    stream = StreamingDecoder(StripsLeadingSpace(), [0])
+    assert "".join(stream.push(t) for t in (1, 2)) == " lazy dog"
