@@ -26,7 +26,9 @@ Example::
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,6 +49,8 @@ from boost.training.model.args import FLAVORS, ModelArgs
 from boost.training.model.model import Transformer, rope_cache
 from boost.training.options import BoostOptions
 from boost.training.rules import KINDS, LINEAR_KINDS, shard_local_degree
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -73,9 +77,13 @@ def find_checkpoint(config: dict, checkpoint: str | int | None = None) -> Path:
             raise RunError(
                 f"no checkpoint under {root}{why}; train first (./run_train.sh) or pass --checkpoint DIR"
             )
+        for newer, reason in skipped:  # a newer step the user may expect to be read: say why it is not
+            logger.warning("step-%d skipped: %s", newer, reason)
         path = root / f"step-{step}"
     elif str(checkpoint).isdigit():
         path = root / f"step-{int(checkpoint)}"
+    elif re.fullmatch(r"step-\d+", str(checkpoint)) and not Path(checkpoint).is_dir():
+        path = root / str(checkpoint)  # a step folder's name, under the run's checkpoint folder
     else:
         path = Path(checkpoint).expanduser()
     if not path.is_dir():

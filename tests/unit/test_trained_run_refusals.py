@@ -53,6 +53,18 @@ def test_no_checkpoint_under_the_run_folder_says_train_first(tmp_path):
         find_checkpoint(config)
 
 
+def test_a_step_is_named_by_number_or_folder_name_and_a_newer_corrupt_one_is_reported(tmp_path, caplog):
+    config = {"job": {"dump_folder": str(tmp_path)}}
+    intact = _save(tmp_path / "checkpoint" / "step-3", _state())
+    (tmp_path / "checkpoint" / "step-5").mkdir()  # a save that did not finish
+    with caplog.at_level("WARNING", logger="boost.after_training.trained_run"):
+        assert find_checkpoint(config) == intact
+    assert "step-5 skipped: no .metadata (the save did not finish)" in caplog.text
+    # by number, by the step folder's name (under the run's checkpoint folder, not the working one)
+    assert find_checkpoint(config, 3) == find_checkpoint(config, "step-3") == intact
+    assert find_checkpoint(config, str(intact)) == intact
+
+
 def test_a_checkpoint_without_token_embeddings_is_not_taken_for_a_model(tmp_path):
     path = _save(tmp_path / "step-1", {"w": torch.zeros(4)})
     with pytest.raises(
