@@ -8,15 +8,19 @@ that is what goes into the DCP checkpoint and what reshards. LORO's container di
 hands each part's optimizer the *model part* (``boost.training.optim.LORO`` finds its factor pairs there) rather
 than its parameter list. Everything LORO keeps — each parameter's Adam moments and step count, and the
 position in the exact/refresh cycle (``updates``) — is in that state dict. The schedule is torchtitan's
-``LRSchedulersContainer`` over ``boost.training.optim.cosine_restart_factor``.
+``LRSchedulersContainer`` over ``boost.training.optim.cosine_restart_factor``, loading into pipeline stages whose
+optimizers hold different numbers of param groups (``PerPartLRSchedulers``).
 """
 
 from __future__ import annotations
 
+import copy
 from functools import partial
+from typing import Any
 
 import torch
 import torch.nn as nn
+from torch.optim.lr_scheduler import LambdaLR, LRScheduler
 from torchtitan.components.lr_scheduler import LRSchedulersContainer, build_lr_schedulers
 from torchtitan.components.optimizer import OptimizersContainer, build_optimizers
 from torchtitan.tools.logging import logger
@@ -67,10 +71,41 @@ def build_boost_optimizers(
     return LoroOptimizersContainer(model_parts, kwargs)
 
 
+class PerPartLRSchedulers(LRSchedulersContainer):
+    """torchtitan's container of one ``LambdaLR`` per model part, whose parts' optimizers may hold different
+    numbers of param groups: a LORO stage holding only the embedding (interleaved pipeline schedules with
+    one layer a stage) has its AdamW group alone, a block's stage a factor group too.
+
+    torchtitan saves the first part's scheduler state and loads it into every part; its per-group lists
+    (base and last learning rates) then have another part's length, and ``LambdaLR`` fails to load them.
+    Every group of a part runs one schedule from one base learning rate, so those lists hold one value,
+    spread here to each part's group count (a list of different values is refused, not guessed)."""
+
+    def __init__(self, schedulers: list[LRScheduler]) -> None:
+        self.schedulers = schedulers
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        for scheduler in self.schedulers:
+            groups = len(scheduler.optimizer.param_groups)
+            own = copy.deepcopy(state_dict)
+            for key, value in state_dict.items():
+                if isinstance(value, list) and len(value) != groups:
+                    if len({repr(v) for v in value}) != 1:
+                        raise ValueError(
+                            f"lr_scheduler.{key} = {value}: one value per param group, which differ, cannot be "
+                            f"spread over a model part of {groups} group(s)"
+                        )
+                    own[key] = value[:1] * groups
+            scheduler.load_state_dict(own)
+
+
 def build_boost_lr_schedulers(optimizers, lr_scheduler_config, training_steps: int) -> LRSchedulersContainer:
-    """torchtitan's ``build_lr_schedulers``, and the LORO authors' schedule for ``decay_type = "cosine_restart"``."""
+    """torchtitan's ``build_lr_schedulers``, and the LORO authors' schedule for ``decay_type = "cosine_restart"``,
+    in a container that loads into model parts of any param-group count (``PerPartLRSchedulers``)."""
     if lr_scheduler_config.decay_type != COSINE_RESTART:
-        return build_lr_schedulers(optimizers, lr_scheduler_config, training_steps)
+        return PerPartLRSchedulers(
+            build_lr_schedulers(optimizers, lr_scheduler_config, training_steps).schedulers
+        )
     factor = partial(
         cosine_restart_factor,
         total_steps=lr_scheduler_config.total_steps or training_steps,
@@ -80,4 +115,4 @@ def build_boost_lr_schedulers(optimizers, lr_scheduler_config, training_steps: i
         min_lr_ratio=lr_scheduler_config.min_lr_factor,
         adjust_steps=lr_scheduler_config.restart_adjust_steps,
     )
-    return LRSchedulersContainer(optimizers, factor)
+    return PerPartLRSchedulers([LambdaLR(optimizer, factor) for optimizer in optimizers])
