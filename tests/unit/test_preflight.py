@@ -296,6 +296,19 @@ CASES = [
         "boost.rank = 100: LORO's exact step needs 2·rank ≤ the smallest factored dim (128): use a rank of at most 64",
     ),
     (["--optimizer.loro_freq", "0"], 1, "optimizer.loro_freq = 0: must be at least 1"),
+    (
+        [
+            "--optimizer.name",
+            "LORO",
+            "--boost.linear",
+            "svd",
+            "--checkpoint.exclude_from_loading",
+            "optimizer",
+        ],
+        1,
+        "checkpoint.exclude_from_loading = ['optimizer']: LORO's exact steps and moment refreshes count in the "
+        "optimizer's state",
+    ),
     (["--optimizer.loro_lr_scaler", "0"], 1, "optimizer.loro_lr_scaler = 0.0: use -1 (rank / dim"),
     (
         ["--lr_scheduler.decay_type", "cosine_restart", "--lr_scheduler.min_lr_factor", "0"],

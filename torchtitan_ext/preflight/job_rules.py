@@ -398,6 +398,18 @@ def _loro_rank_fits(ctx: JobContext) -> str | None:
     return rules.loro_rank_problem(ctx.rank, min(args.dim, args.kv_heads * args.head_dim, args.ffn_dim))
 
 
+def _loro_cycle_resumes_with_the_schedule(ctx: JobContext) -> str | None:
+    # LORO counts its exact/refresh cycle in the optimizer's state, the schedule its restarts in its own
+    excluded = set(ctx.job.checkpoint.exclude_from_loading)
+    if not _loro(ctx) or ("optimizer" in excluded) == ("lr_scheduler" in excluded):
+        return None
+    return (
+        "LORO's exact steps and moment refreshes count in the optimizer's state, the learning rate's restarts "
+        "in the scheduler's: resumed with one and not the other, they fall out of step. Exclude both "
+        "(a fresh optimizer and schedule) or neither"
+    )
+
+
 def _loro_lr_scaler(ctx: JobContext) -> str | None:
     v = ctx.job.optimizer.loro_lr_scaler
     if v == -1 or (0 < v < math.inf):
@@ -739,6 +751,11 @@ RULES: tuple[Rule, ...] = (
             if _loro(c) and c.job.optimizer.early_step_in_backward
             else None
         ),
+    ),
+    Rule(
+        "checkpoint.exclude_from_loading",
+        "under LORO, optimizer and lr_scheduler loaded together or neither",
+        _loro_cycle_resumes_with_the_schedule,
     ),
     at_least("lr_scheduler.restart_every", 1, "steps per cosine_restart cycle"),
     at_least("lr_scheduler.restart_warmup_steps", 0),
