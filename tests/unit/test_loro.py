@@ -165,3 +165,19 @@ def test_an_exact_step_on_a_rank_deficient_factor_stops_before_the_weights():
     assert len(factors) == 2 * 9  # a layer: 4 downs, 5 ups (wqkv's q and its batched k|v under GQA)
     for name in factors:
         assert torch.equal(model.get_parameter(name), before[name]), name
+
+
+def test_an_exact_step_on_a_non_finite_gradient_says_so():
+    # not "rank-deficient": a NaN that reached the optimizer is named as what it is, and no factor moves
+    model = Transformer(_tiny())
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    optimizer = LORO(model, lr=1e-2, loro_freq=1, refresh_freq=4)
+    _loss([model], torch.randint(0, 64, (2, 9), generator=torch.Generator().manual_seed(0))).backward()
+    model.layers["0"].attention.wqkv.up[0].weight.grad[0, 0] = float("nan")
+    with pytest.raises(
+        FloatingPointError, match=r"LORO exact step: the Adam direction of a factor of .*wqkv.* is not finite"
+    ):
+        optimizer.step()
+    for name, p in model.named_parameters():
+        if ".up." in name or ".down." in name:
+            assert torch.equal(p, before[name]), name

@@ -219,9 +219,16 @@ class LORO(torch.optim.Optimizer):
             results, info = exact_step(inputs)
             # a rank-deficient QR must not reach the weights (exact_step synced on it: no rows came back)
             if not results:
+                names = ", ".join(p.name for p in pairs)
+                # said apart on the failure path only (the success path pays no host sync for it)
+                if not all(bool(directions[i][0].isfinite().all()) for i in rows):
+                    raise FloatingPointError(
+                        f"LORO exact step: the Adam direction of a factor of {names} is not finite (a "
+                        "non-finite gradient reached the optimizer)"
+                    )
                 raise FloatingPointError(
-                    f"LORO exact step: a factor of {', '.join(p.name for p in pairs)} or its tangent block is "
-                    "rank-deficient (its Gram matrix has no Cholesky factor)"
+                    f"LORO exact step: a factor of {names} or its tangent block is rank-deficient (its Gram "
+                    "matrix has no Cholesky factor)"
                 )
             for pair, (m_new, n_new) in zip(pairs, results):
                 new[id(pair.up)][pair.up_index if pair.up_index is not None else slice(None)] = m_new
