@@ -109,6 +109,15 @@ def _model_prefix(shapes: dict[str, torch.Size]) -> str:
     raise RunError("the checkpoint holds no tok_embeddings.weight: it is not a BOOST model checkpoint")
 
 
+def _same_type(value, default) -> bool:
+    """A TOML value of the field's type (a bool is no int; an int is a float)."""
+    if isinstance(default, bool) or isinstance(value, bool):
+        return isinstance(value, bool) and isinstance(default, bool)
+    if isinstance(default, float):
+        return isinstance(value, (int, float))
+    return isinstance(value, type(default))
+
+
 def model_args_from_run(
     config: dict,
     shapes: dict[str, torch.Size],
@@ -124,7 +133,18 @@ def model_args_from_run(
             f"{source}: model.flavor = {flavor!r} is not a BOOST flavor; choose one of {sorted(FLAVORS)}"
         )
     # the run's [boost] section over the trainer's defaults (torchtitan_ext.config merges BoostOptions alike)
-    boost = {**dataclasses.asdict(BoostOptions()), **config.get("boost", {})}
+    defaults = dataclasses.asdict(BoostOptions())
+    boost = {**defaults, **config.get("boost", {})}
+    train_len = config.get("training", {}).get("seq_len", 2048)
+    for field, value, default in (
+        *((f"boost.{k}", boost[k], v) for k, v in defaults.items()),
+        ("training.seq_len", train_len, 2048),
+    ):
+        if not _same_type(value, default):
+            raise RunError(
+                f"{source}: {field} = {value!r} is not a {type(default).__name__}; pass the TOML this run was "
+                "trained with"
+            )
     linear = boost["linear"]
     if linear not in LINEAR_KINDS:
         raise RunError(f"{source}: boost.linear = {linear!r} is unknown; choose one of {LINEAR_KINDS}")
@@ -153,7 +173,6 @@ def model_args_from_run(
     if low_rank:
         overrides["rank"] = shapes[f"{p}layers.0.attention.wo.down.weight"][0]
         overrides["group_linears"] = f"{p}layers.0.attention.wqkv.down.weight" in shapes
-    train_len = config.get("training", {}).get("seq_len", 2048)
     args = ModelArgs.from_flavor(
         flavor,
         linear=linear,

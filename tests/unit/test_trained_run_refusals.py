@@ -140,3 +140,19 @@ def test_a_checkpoint_holding_model_tensors_the_config_does_not_build_is_refused
     assert "latent.gate_" in str(refused.value) and "optimizer" not in str(refused.value)
     config["boost"]["lax_gate"] = "tensorized"
     load_checkpoint_model(path, config, "run.toml")
+
+
+@pytest.mark.parametrize(
+    ("section", "field", "value", "kind"),
+    [
+        ("training", "seq_len", "64", "int"),
+        ("boost", "only_lr_act", "false", "bool"),
+        ("boost", "rank", True, "int"),
+    ],
+)
+def test_a_toml_value_of_another_type_is_refused_naming_the_field(tmp_path, section, field, value, kind):
+    path = _save(tmp_path / "step-1", _state())
+    config = _config()
+    config[section][field] = value
+    with pytest.raises(RunError, match=re.escape(f"run.toml: {section}.{field} = {value!r} is not a {kind}")):
+        load_checkpoint_model(path, config, "run.toml")
