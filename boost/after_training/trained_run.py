@@ -313,12 +313,19 @@ def shard_for_inference(model: Transformer, config: dict) -> int:
 
     from boost.training.parallel import apply_tp
 
-    mesh = init_device_mesh("cpu", (dist.get_world_size(),), mesh_dim_names=("tp",))
-    apply_tp(
-        model,
-        mesh,
-        scheme=KINDS[model.model_args.linear].tp_scheme,
-        norm=config.get("boost", {}).get("norm", "online"),
-        loss_parallel=False,
-    )
+    world = dist.get_world_size()
+    mesh = init_device_mesh("cpu", (world,), mesh_dim_names=("tp",))
+    try:
+        apply_tp(
+            model,
+            mesh,
+            scheme=KINDS[model.model_args.linear].tp_scheme,
+            norm=config.get("boost", {}).get("norm", "online"),
+            loss_parallel=False,
+        )
+    except ValueError as e:  # a shape check, worded for the trainer's fields: say what it means here
+        raise RunError(
+            f"{world} processes shard the model {world} ways, and it does not split so ({e}); run "
+            "torchrun --nproc_per_node with a count that divides its heads, or one process"
+        ) from None
     return dist.get_rank()

@@ -166,9 +166,9 @@ def _tp_matches_one_process(rank, world_size, toml, expected_tokens, expected_lo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("linear", ["lax"])
+@pytest.mark.parametrize("linear", ["lax", "full"])
 def test_tp2_samples_and_scores_like_one_process(tmp_path, linear):
-    # LaX: the kind with the most state (grouped q/k/v, crossing latents); BTP at tp=2.
+    # LaX: the kind with the most state (grouped q/k/v, crossing latents), BTP at tp=2; full: Megatron's plan.
     toml = make_run(tmp_path, linear)
     run = load_run(toml)
     ids = run.tokenizer.encode("import os\n")
