@@ -6,9 +6,9 @@ Two runs. The first trains under BTP at TP 2 for 6 steps (exact steps 3 and 6, e
 refresh of every Adam moment; a checkpoint at step 2). The second starts from that checkpoint at one
 process (TP 2 → 1: DCP reshards the factors and their moments) and runs steps 3-6, through both exact
 steps: its losses must repeat the first run's to 1e-5 relative (the same model and data, summed in
-another order; debug.toml computes in fp32). The exact steps and refreshes land on 3 and 6 only if the cycle position came back
-with the moments: in one process, restarting the moments at step 3 moved the losses of steps 4 and 5 by
-3.1e-4 and 1.4e-4, restarting the cycle by 1.5e-4 and 1.6e-3 (relative).
+another order; debug.toml computes in fp32). The exact steps and refreshes land on 3 and 6 only if the
+cycle position came back with the moments: in one process, restarting the moments at step 3 moved the
+losses of steps 4 and 5 by 3.1e-4 and 1.4e-4, restarting the cycle by 1.5e-4 and 1.6e-3 (relative).
 """
 
 from __future__ import annotations
