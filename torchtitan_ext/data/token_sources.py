@@ -5,9 +5,8 @@
   else 0);
 - validation: ``validation.dataset_path`` in the same form, each folder's ``validation`` split where
   it has one, else its ``train`` split (a folder prepared from held-out text alone, refused where it is
-  the training text); unset, the
-  ``validation`` splits of the training folders (``--validation-fraction`` at prepare), with the
-  training weights.
+  the training text); unset, the ``validation`` splits of the training folders (``--validation-fraction``
+  at prepare), with the training weights.
 
 Only manifests are read here (``boost.training.data.token_folder.read_manifest``): the preflight decides
 from them, and the loaders map the splits they name.
