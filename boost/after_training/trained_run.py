@@ -188,15 +188,24 @@ def model_args_from_run(
     return args
 
 
+def _read_identity(path: Path) -> dict | None:
+    try:
+        return read_model_identity(path)
+    except ValueError as e:
+        raise RunError(str(e)) from None
+
+
 def load_checkpoint_model(
     path: Path, config: dict, source: str, max_seq_len: int | None = None
 ) -> Transformer:
     """A ``Transformer`` holding the model weights of the DCP checkpoint at ``path`` (no process group)."""
+    return _load_model(path, config, source, max_seq_len, _read_identity(path))
+
+
+def _load_model(
+    path: Path, config: dict, source: str, max_seq_len: int | None, identity: dict | None
+) -> Transformer:
     shapes = _tensor_shapes(path)
-    try:
-        identity = read_model_identity(path)
-    except ValueError as e:
-        raise RunError(str(e)) from None
     args = model_args_from_run(config, shapes, source, max_seq_len, identity)
     with torch.device("meta"):
         model = Transformer(args)
@@ -247,8 +256,8 @@ def load_run(
     """
     config = read_toml(config_toml)
     path = find_checkpoint(config, checkpoint)
-    model = load_checkpoint_model(path, config, str(config_toml), max_seq_len)
-    identity = read_model_identity(path)  # read and checked by load_checkpoint_model
+    identity = _read_identity(path)
+    model = _load_model(path, config, str(config_toml), max_seq_len, identity)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))  # shard_for_inference's processes
     config.setdefault("boost", {})["norm"] = inference_norm(config, identity, world_size, str(path))
     tokenizer = load_tokenizer(tokenizer_dir or run_tokenizer_dir(config))
@@ -259,9 +268,10 @@ def load_run(
         )
     # the size alone does not make it the run's: a retrained BPE of the same size maps ids to other text
     recorded = (identity or {}).get("tokenizer")
-    if recorded is not None and recorded != tokenizer_fingerprint(tokenizer.folder):
+    given = tokenizer_fingerprint(tokenizer.folder) if recorded is not None else None
+    if given != recorded:
         raise RunError(
-            f"tokenizer {tokenizer.folder} ({tokenizer_fingerprint(tokenizer.folder)[:19]}…) is not the one "
+            f"tokenizer {tokenizer.folder} ({given[:19]}…) is not the one "
             f"{path} was trained with ({recorded[:19]}…): its ids would mean other text; pass --tokenizer with "
             "the run's tokenizer folder"
         )

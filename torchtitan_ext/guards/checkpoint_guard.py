@@ -26,6 +26,7 @@ from boost.runtime.checkpoint_folder import (
     inspect_checkpoint,
     read_bytes_item,
     read_metadata,
+    read_model_identity,
 )
 from boost.training.rules import data_parallel_degree
 from torchtitan_ext.data.token_checks import token_order_problem
@@ -34,7 +35,6 @@ from torchtitan_ext.guards.checkpoint_identity import (
     describe_differences,
     identity_differences,
     planned_model_identity,
-    read_identity,
     unrecorded_fields,
 )
 from torchtitan_ext.guards.run_lock import check_run_folder_free
@@ -95,7 +95,7 @@ def check_model_identity(checkpoint: Path, job) -> str | None:
     not the tokenizer (written before BOOST recorded them): it is accepted, and the caller warns.
     """
     try:
-        saved = read_identity(checkpoint)
+        saved = read_model_identity(checkpoint)
     except ValueError as e:
         raise CheckpointRefused(f"BOOST checkpoint error: {e}") from None
     if saved is None:

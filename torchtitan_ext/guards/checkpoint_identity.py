@@ -29,13 +29,10 @@ import os
 from importlib import metadata
 from pathlib import Path
 
-from boost.runtime.checkpoint_folder import MODEL_IDENTITY_FILE, read_model_identity
+from boost.runtime.checkpoint_folder import MODEL_IDENTITY_FILE
 from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
 from boost.training.model.args import FLAVORS, ModelArgs
 from boost.training.rules import KINDS, MODEL_NAME, rms_norm_record
-
-IDENTITY_FILE = MODEL_IDENTITY_FILE
-read_identity = read_model_identity  # the one reader, the library's (boost.after_training reads it too)
 
 # ModelArgs fields that do not change the weights a checkpoint holds: max_seq_len only sizes the RoPE table
 # (a buffer rebuilt at start, never saved), init_seed only draws the initial weights, and the attention
@@ -125,9 +122,9 @@ def write_identity(checkpoint: Path, identity: dict, step: int) -> None:
     """Write ``identity`` into the step folder ``checkpoint`` (atomically: a reader never sees half a file)."""
     checkpoint.mkdir(parents=True, exist_ok=True)
     record = {"boost_version": boost_version(), "step": step, "model": identity}
-    tmp = checkpoint / f".{IDENTITY_FILE}.tmp"
+    tmp = checkpoint / f".{MODEL_IDENTITY_FILE}.tmp"
     tmp.write_text(json.dumps(record, indent=2) + "\n")
-    os.replace(tmp, checkpoint / IDENTITY_FILE)
+    os.replace(tmp, checkpoint / MODEL_IDENTITY_FILE)
 
 
 def identity_differences(saved: dict, wanted: dict) -> list[tuple[str, object, object]]:
