@@ -179,14 +179,24 @@ MODEL_IDENTITY_FILE = "boost_model.json"
 
 def read_model_identity(checkpoint: Path) -> dict | None:
     """The model identity recorded in ``checkpoint`` (its ``boost_model.json``); ``None`` for a checkpoint
-    that records none (written before BOOST recorded one); ``ValueError`` for a damaged one."""
+    that records none (no such file: written before BOOST recorded one); ``ValueError`` for a damaged one,
+    whose ``model`` is not a JSON object (a null is damage too, never taken for "records none")."""
     path = checkpoint / MODEL_IDENTITY_FILE
     if not path.is_file():
         return None
     try:
-        return json.loads(path.read_text())["model"]
-    except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(
-            f"{path} is not a BOOST model identity ({type(e).__name__}: {e}); restore it or "
-            "delete it to resume unchecked"
-        ) from None
+        record = json.loads(path.read_text())
+    except ValueError as e:  # not JSON, or not UTF-8
+        problem = f"{type(e).__name__}: {e}"
+    else:
+        if not isinstance(record, dict):
+            problem = "not a JSON object"
+        elif "model" not in record:
+            problem = "no 'model' entry"
+        elif not isinstance(record["model"], dict):
+            problem = f"its 'model' is {json.dumps(record['model'])}, not an object"
+        else:
+            return record["model"]
+    raise ValueError(
+        f"{path} is not a BOOST model identity ({problem}); restore it or delete it to resume unchecked"
+    )

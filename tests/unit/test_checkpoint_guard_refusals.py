@@ -12,7 +12,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torchtitan.config import JobConfig
 
-from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, resume_checkpoint
+from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, check_model_identity, resume_checkpoint
 
 # dcp.save without a process group says it saves in one process: that is the intent here
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
@@ -69,3 +69,28 @@ def test_resume_refuses_a_load_step_naming_a_corrupt_checkpoint(tmp_path):
         match=re.escape(f"checkpoint.load_step = 4: {checkpoints / 'step-4'}: data file {data} is truncated"),
     ):
         resume_checkpoint(_resuming_job(tmp_path, load_step=4))
+
+
+@pytest.mark.parametrize(
+    "record, problem",
+    [
+        ('{"model": ["cola"]}', """its 'model' is ["cola"], not an object"""),
+        ('{"model": null}', "its 'model' is null, not an object"),
+        ('{"step": 1}', "no 'model' entry"),
+        ('["cola"]', "not a JSON object"),
+    ],
+)
+def test_a_damaged_model_identity_is_refused_naming_the_file(tmp_path, record, problem):
+    # only a missing file is "written before BOOST recorded one"; anything else in its place is damage
+    path = _save_step(tmp_path / "checkpoint", 1)
+    (path / "boost_model.json").write_text(record)
+    with pytest.raises(
+        CheckpointRefused,
+        match=re.escape(
+            f"BOOST checkpoint error: {path / 'boost_model.json'} is not a BOOST model identity ({problem}); "
+            "restore it or delete it to resume unchecked"
+        ),
+    ):
+        check_model_identity(path, _resuming_job(tmp_path))
+    (path / "boost_model.json").unlink()
+    assert "records no model identity" in check_model_identity(path, _resuming_job(tmp_path))
