@@ -18,7 +18,8 @@ load (or worse, load). :func:`inspect_checkpoint` checks one, read-only:
   ``weights_only=False``) loads under torch's weights-only unpickler.
 
 :func:`choose_checkpoint` takes the newest intact one and names each newer one skipped, with its
-reason; nothing is deleted or overwritten.
+reason; nothing is deleted or overwritten. A training run resumes only from a checkpoint holding its
+optimizer and training state (:func:`resume_problem`): torchtitan's last save may hold the model alone.
 """
 
 from __future__ import annotations
@@ -161,11 +162,38 @@ def read_bytes_item(path: Path, fqn: str) -> object | None:
     return None
 
 
-def choose_checkpoint(folder: Path) -> tuple[int | None, list[tuple[int, str]]]:
-    """The newest intact step in ``folder`` and the newer ones skipped, with reasons."""
+# The items a full torchtitan checkpoint holds beside the model, which a resume loads with it.
+_TRAINING_STATE = ("train_state.", "optimizer.")
+# Why a checkpoint holding the model alone is no resume point. torchtitan's last save keeps the model
+# alone under checkpoint.last_save_model_only (its default) "so this won't affect preemption and training
+# resume", yet its own resume would pick that step and fail in DCP on the missing items.
+MODEL_ONLY = (
+    "it holds the model alone (the last save of a run with checkpoint.last_save_model_only, torchtitan's "
+    "default), not the optimizer and training state a resume loads"
+)
+
+
+def holds_training_state(path: Path) -> bool:
+    """Whether the intact checkpoint at ``path`` holds the step and optimizer a resume loads, not the model alone."""
+    return any(key.startswith(_TRAINING_STATE) for key in read_metadata(path).state_dict_metadata)
+
+
+def resume_problem(path: Path, step: int | None) -> str | None:
+    """``None`` if a training run can resume from the checkpoint at ``path`` (of ``step``), else why not: it is
+    not intact, or it holds the model alone. Step 0 is torchtitan's seed checkpoint, the model alone by
+    design, which torchtitan loads as such."""
+    reason = inspect_checkpoint(path)
+    if reason is None and step != 0 and not holds_training_state(path):
+        return MODEL_ONLY
+    return reason
+
+
+def choose_checkpoint(folder: Path, resume: bool = False) -> tuple[int | None, list[tuple[int, str]]]:
+    """The newest intact step in ``folder`` and the newer ones skipped, with reasons; ``resume``: the newest a
+    training run can resume from (``resume_problem``), skipping those that hold the model alone too."""
     skipped = []
     for step, path in sorted(checkpoint_folders(folder).items(), reverse=True):
-        reason = inspect_checkpoint(path)
+        reason = resume_problem(path, step) if resume else inspect_checkpoint(path)
         if reason is None:
             return step, skipped
         skipped.append((step, reason))

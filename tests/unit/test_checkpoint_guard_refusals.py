@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 import torch.distributed.checkpoint as dcp
 from torchtitan.config import JobConfig
 
+from boost.runtime.checkpoint_folder import MODEL_ONLY
 from torchtitan_ext.guards.checkpoint_guard import CheckpointRefused, check_model_identity, resume_checkpoint
 
 # dcp.save without a process group says it saves in one process: that is the intent here
@@ -94,3 +96,33 @@ def test_a_damaged_model_identity_is_refused_naming_the_file(tmp_path, record, p
         check_model_identity(path, _resuming_job(tmp_path))
     (path / "boost_model.json").unlink()
     assert "records no model identity" in check_model_identity(path, _resuming_job(tmp_path))
+
+
+def _save_model_only(checkpoints: Path, step: int) -> Path:
+    """A checkpoint of the model alone: torchtitan's last save under checkpoint.last_save_model_only."""
+    path = checkpoints / f"step-{step}"
+    dcp.save({"w": torch.arange(64.0)}, checkpoint_id=path, no_dist=True)
+    return path
+
+
+def test_a_model_only_checkpoint_is_no_resume_point(tmp_path):
+    # torchtitan's resume would pick step-4 and fail in DCP ("Missing key in checkpoint state_dict")
+    checkpoints = tmp_path / "checkpoint"
+    _save_step(checkpoints, 2)
+    model_only = _save_model_only(checkpoints, 4)
+    assert resume_checkpoint(_resuming_job(tmp_path)) == (checkpoints / "step-2", 2, [(4, MODEL_ONLY)])
+    fix = f"set checkpoint.initial_load_path = {model_only} with a new job.dump_folder"
+    with pytest.raises(
+        CheckpointRefused, match=re.escape(f"load_step = 4: {model_only}: {MODEL_ONLY}; ")
+    ) as asked:
+        resume_checkpoint(_resuming_job(tmp_path, load_step=4))  # asked for by name: refused, never swapped
+    assert fix in str(asked.value)
+    shutil.rmtree(checkpoints / "step-2")
+    with pytest.raises(
+        CheckpointRefused, match=re.escape(f"no checkpoint in {checkpoints} to resume from: ")
+    ) as none:
+        resume_checkpoint(_resuming_job(tmp_path))
+    assert fix in str(none.value)
+    # torchtitan's seed checkpoint holds the model alone by design, and is loaded as such
+    _save_model_only(checkpoints, 0)
+    assert resume_checkpoint(_resuming_job(tmp_path))[:2] == (checkpoints / "step-0", 0)

@@ -66,7 +66,7 @@ def test_prepare_resume_plans_the_load_and_leaves_the_job_as_read(tmp_path):
     assert (plan.step, plan.skip_dataloader) == (4, True)
     assert [w.split(":")[0] for w in plan.warnings] == [
         f"skipping checkpoint {checkpoint / 'step-6'}",
-        "resuming from the newest intact checkpoint, step 4",
+        "resuming from the newest checkpoint to resume from, step 4",
         "warning",
         "warning",
     ]

@@ -21,12 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boost.runtime.checkpoint_folder import (
+    MODEL_ONLY,
     checkpoint_folders,
     choose_checkpoint,
-    inspect_checkpoint,
     read_bytes_item,
     read_metadata,
     read_model_identity,
+    resume_problem,
 )
 from boost.training.rules import data_parallel_degree
 from torchtitan_ext.data.token_checks import token_order_problem
@@ -51,7 +52,8 @@ def resume_checkpoint(job) -> tuple[Path | None, int | None, list[tuple[int, str
     ``step`` is set for a checkpoint of this run folder; ``folder`` alone for
     ``checkpoint.initial_load_path`` (which torchtitan reads only while the run's checkpoint folder
     does not exist); ``(None, None, [])`` for a fresh start. Raises ``CheckpointRefused`` for a
-    ``load_step`` that is missing or broken, or a folder whose checkpoints are all broken.
+    ``load_step`` that is missing, broken or holds the model alone, and a folder with no checkpoint to
+    resume from.
     """
     ckpt = job.checkpoint
     if not ckpt.enable or ckpt.create_seed_checkpoint:
@@ -70,7 +72,11 @@ def resume_checkpoint(job) -> tuple[Path | None, int | None, list[tuple[int, str
                 f"BOOST checkpoint error: checkpoint.load_step = {ckpt.load_step}: there is no checkpoint "
                 f"{path.name} in {folder}; {fix}"
             )
-        reason = inspect_checkpoint(path)
+        reason = resume_problem(path, ckpt.load_step)
+        if reason == MODEL_ONLY:
+            reason += (
+                f"; to train a new run from its weights, set checkpoint.initial_load_path = {path} {_NEW_RUN}"
+            )
         if reason is not None:
             raise CheckpointRefused(
                 f"BOOST checkpoint error: checkpoint.load_step = {ckpt.load_step}: {path}: {reason}"
@@ -79,13 +85,24 @@ def resume_checkpoint(job) -> tuple[Path | None, int | None, list[tuple[int, str
     if not folder.exists():
         initial = ckpt.initial_load_path
         return (Path(initial), None, []) if initial and not ckpt.initial_load_in_hf else (None, None, [])
-    step, skipped = choose_checkpoint(folder)
-    if skipped and step is None:
+    step, skipped = choose_checkpoint(folder, resume=True)
+    if step is None and skipped:
+        model_only = [bad for bad, reason in skipped if reason == MODEL_ONLY]
+        if model_only:
+            newest = folder / f"step-{model_only[0]}"
+            raise CheckpointRefused(
+                f"BOOST checkpoint error: no checkpoint in {folder} to resume from: {newest}: {MODEL_ONLY}; to "
+                f"train a new run from its weights, set checkpoint.initial_load_path = {newest} {_NEW_RUN}"
+            )
         raise CheckpointRefused(
             f"BOOST checkpoint error: no intact checkpoint in {folder} ({len(skipped)} corrupt: step "
             f"{skipped[0][0]}: {skipped[0][1]}); move them away to start from scratch"
         )
     return (folder / f"step-{step}" if step is not None else None), step, skipped
+
+
+# How to start from a checkpoint of another run (torchtitan reads checkpoint.initial_load_path only then)
+_NEW_RUN = "with a new job.dump_folder (it is read only while the run's checkpoint folder does not exist)"
 
 
 def check_model_identity(checkpoint: Path, job) -> str | None:
@@ -214,9 +231,11 @@ def prepare_resume(job, world_size: int) -> ResumePlan:
     path, step, skipped = resume_checkpoint(job)
     folder = Path(job.job.dump_folder) / job.checkpoint.folder
     for bad, reason in skipped:
-        say(f"skipping checkpoint {folder / f'step-{bad}'}: {reason}")
+        # the run's own save of that step would write over it (torchtitan saves into the step's folder)
+        keep = f"; if this run saves step {bad}, that save replaces it: copy it elsewhere to keep it"
+        say(f"skipping checkpoint {folder / f'step-{bad}'}: {reason}{keep if reason == MODEL_ONLY else ''}")
     if skipped:
-        say(f"resuming from the newest intact checkpoint, step {step}")
+        say(f"resuming from the newest checkpoint to resume from, step {step}")
     load_step = -1 if step is None else step
     if path is None:
         return ResumePlan(step=load_step, warnings=tuple(said))
