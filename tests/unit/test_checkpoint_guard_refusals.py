@@ -126,3 +126,47 @@ def test_a_model_only_checkpoint_is_no_resume_point(tmp_path):
     # torchtitan's seed checkpoint holds the model alone by design, and is loaded as such
     _save_model_only(checkpoints, 0)
     assert resume_checkpoint(_resuming_job(tmp_path))[:2] == (checkpoints / "step-0", 0)
+
+
+def _starting_from(dump_folder: Path, initial: Path, model_only: bool = True) -> JobConfig:
+    job = _resuming_job(dump_folder)
+    job.checkpoint.initial_load_path = str(initial)
+    job.checkpoint.initial_load_model_only = model_only
+    return job
+
+
+def test_an_initial_checkpoint_is_inspected_and_never_silently_ignored(tmp_path):
+    other = tmp_path / "other" / "checkpoint"
+    full, model_only = _save_step(other, 2), _save_model_only(other, 4)
+    run = tmp_path / "run"
+    assert resume_checkpoint(_starting_from(run, model_only)) == (model_only, None, [])
+    # checked as a resume candidate is: a truncated copy, a run's checkpoint folder, a file
+    copy = shutil.copytree(full, tmp_path / "copy")
+    data = _truncate_data(copy)
+    for initial, problem in [
+        (copy, f"data file {data} is truncated"),
+        (other, "a run's checkpoint folder (holding step-2, step-4): name one of them"),
+        (copy / data, "not a folder: name a checkpoint's step-N folder"),
+    ]:
+        with pytest.raises(
+            CheckpointRefused, match=re.escape(f"checkpoint.initial_load_path = {initial}: {problem}")
+        ):
+            resume_checkpoint(_starting_from(run, initial))
+    # loaded in full (initial_load_model_only = false), it needs the optimizer and training state
+    with pytest.raises(CheckpointRefused, match=re.escape(f"initial_load_path = {model_only}: {MODEL_ONLY}")):
+        resume_checkpoint(_starting_from(run, model_only, model_only=False))
+    # torchtitan reads it only while the run's checkpoint folder does not exist: an empty one would
+    # have the run start from random weights
+    (run / "checkpoint").mkdir(parents=True)
+    with pytest.raises(
+        CheckpointRefused,
+        match=re.escape(
+            f"checkpoint.initial_load_path = {model_only} is read only while the run's checkpoint folder does "
+            f"not exist, and {run / 'checkpoint'} exists, holding no checkpoint: this run would start from "
+            "random weights; move that folder away"
+        ),
+    ):
+        resume_checkpoint(_starting_from(run, model_only))
+    # once the run has saved its own checkpoint, that is what it resumes from (torchtitan's rule)
+    _save_step(run / "checkpoint", 6)
+    assert resume_checkpoint(_starting_from(run, model_only))[:2] == (run / "checkpoint" / "step-6", 6)

@@ -24,6 +24,7 @@ from boost.runtime.checkpoint_folder import (
     MODEL_ONLY,
     checkpoint_folders,
     choose_checkpoint,
+    inspect_checkpoint,
     read_bytes_item,
     read_metadata,
     read_model_identity,
@@ -52,8 +53,8 @@ def resume_checkpoint(job) -> tuple[Path | None, int | None, list[tuple[int, str
     ``step`` is set for a checkpoint of this run folder; ``folder`` alone for
     ``checkpoint.initial_load_path`` (which torchtitan reads only while the run's checkpoint folder
     does not exist); ``(None, None, [])`` for a fresh start. Raises ``CheckpointRefused`` for a
-    ``load_step`` that is missing, broken or holds the model alone, and a folder with no checkpoint to
-    resume from.
+    ``load_step`` that is missing, broken or holds the model alone, a folder with no checkpoint to resume
+    from, and an initial checkpoint that is broken or would be ignored.
     """
     ckpt = job.checkpoint
     if not ckpt.enable or ckpt.create_seed_checkpoint:
@@ -82,10 +83,17 @@ def resume_checkpoint(job) -> tuple[Path | None, int | None, list[tuple[int, str
                 f"BOOST checkpoint error: checkpoint.load_step = {ckpt.load_step}: {path}: {reason}"
             )
         return path, ckpt.load_step, []
+    initial = _initial_load(ckpt)
     if not folder.exists():
-        initial = ckpt.initial_load_path
-        return (Path(initial), None, []) if initial and not ckpt.initial_load_in_hf else (None, None, [])
+        return (_checked_initial(initial, ckpt), None, []) if initial else (None, None, [])
     step, skipped = choose_checkpoint(folder, resume=True)
+    if step is None and not skipped and initial:
+        # torchtitan then warns that the folder exists and trains from random weights
+        raise CheckpointRefused(
+            f"BOOST checkpoint error: {initial} is read only while the run's checkpoint folder does not "
+            f"exist, and {folder} exists, holding no checkpoint: this run would start from random weights; "
+            "move that folder away to start from the initial checkpoint"
+        )
     if step is None and skipped:
         model_only = [bad for bad, reason in skipped if reason == MODEL_ONLY]
         if model_only:
@@ -103,6 +111,37 @@ def resume_checkpoint(job) -> tuple[Path | None, int | None, list[tuple[int, str
 
 # How to start from a checkpoint of another run (torchtitan reads checkpoint.initial_load_path only then)
 _NEW_RUN = "with a new job.dump_folder (it is read only while the run's checkpoint folder does not exist)"
+
+
+def _initial_load(ckpt) -> str | None:
+    """The field and value naming what torchtitan loads while the run's checkpoint folder does not exist."""
+    if ckpt.initial_load_path:
+        return f"checkpoint.initial_load_path = {ckpt.initial_load_path}"
+    return (
+        "checkpoint.initial_load_in_hf (model.hf_assets_path's weights)" if ckpt.initial_load_in_hf else None
+    )
+
+
+def _checked_initial(initial: str, ckpt) -> Path | None:
+    """The DCP checkpoint ``checkpoint.initial_load_path`` names, checked as a resume's is; ``None`` for
+    Hugging Face weights, which torchtitan reads and checks itself."""
+    if ckpt.initial_load_in_hf:
+        return None
+    path = Path(ckpt.initial_load_path)
+    steps = sorted(checkpoint_folders(path))
+    if not path.is_dir():
+        reason = "not a folder: name a checkpoint's step-N folder"
+    elif steps:  # a run's checkpoint folder, not one of its checkpoints
+        reason = (
+            f"a run's checkpoint folder (holding {', '.join(f'step-{s}' for s in steps)}): name one of them"
+        )
+    elif ckpt.initial_load_model_only:
+        reason = inspect_checkpoint(path)
+    else:  # loaded as a full checkpoint, optimizer and training state included
+        reason = resume_problem(path, None)
+    if reason is not None:
+        raise CheckpointRefused(f"BOOST checkpoint error: {initial}: {reason}")
+    return path
 
 
 def check_model_identity(checkpoint: Path, job) -> str | None:
