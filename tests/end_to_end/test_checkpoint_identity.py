@@ -281,14 +281,24 @@ def test_resume_ignores_backups_accepts_old_checkpoints_and_keeps_latest_k(train
     shutil.rmtree(folder / "step-10")  # resume from step 8
     (folder / "step-8" / "boost_model.json").unlink()  # as written before BOOST recorded identities
     shutil.copytree(folder / "step-6", folder / "keep-step-400")  # a user's backup, with its .metadata
+    shutil.copytree(folder / "step-6", folder / "step-20")
+    (folder / "step-20" / ".metadata").unlink()  # a save that never finished: not one of the 3 kept
     log = train(tmp_path, *COMMON, steps=12)
+    assert f"skipping checkpoint {folder / 'step-20'}: no .metadata" in log
     assert "Training starts at step 9" in log
     assert log.count("records no model identity") == 1, log[-3000:]
     resumed = losses(log)
     # 1 process: bit-identical (step 9 the loaded model, step 10 after an update with the loaded optimizer)
     assert {s: resumed[s] for s in (9, 10)} == {s: straight[s] for s in (9, 10)}
-    # saves at 10 and 12 (the last): 3 step folders kept; the backup is not a checkpoint, so not purged
-    assert sorted(p.name for p in folder.iterdir()) == ["keep-step-400", "step-10", "step-12", "step-8"]
+    # saves at 10 and 12 (the last): 3 intact step folders kept; the backup is not a checkpoint, so not
+    # purged, nor is the unfinished step-20 (left for the user)
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "keep-step-400",
+        "step-10",
+        "step-12",
+        "step-20",
+        "step-8",
+    ]
     assert (folder / "step-12" / "boost_model.json").is_file()
 
 

@@ -6,7 +6,9 @@ Three changes to torchtitan 0.2.2's manager, each in the method that owns the be
   before DCP writes its ``.metadata``, so every completed checkpoint records the model it holds.
 - ``_find_load_step`` and ``_purge_stale_checkpoints`` use ``boost.runtime.checkpoint_folder.checkpoint_step``
   (folders named exactly ``step-N``). torchtitan's versions ``re.search`` the name, so a backup
-  ``keep-step-500`` was taken for step 500 and deleted by ``keep_latest_k``.
+  ``keep-step-500`` was taken for step 500 and deleted by ``keep_latest_k``. The purge keeps the newest
+  ``keep_latest_k`` *intact* checkpoints and deletes only intact ones: torchtitan counted an unfinished
+  folder as one of them, and deleted an intact one in its place.
 - ``_save_last_step``: torchtitan's ``save`` returns right after the last step's save, before its
   purge, so every run that ends on a save kept ``keep_latest_k + 1`` checkpoints (4 with
   ``keep_latest_k = 3`` after a resume); the purge now follows that save too.
@@ -32,7 +34,7 @@ from typing import cast
 import torch.distributed as dist
 from torchtitan.components.checkpoint import DATALOADER, CheckpointManager
 
-from boost.runtime.checkpoint_folder import checkpoint_folders, checkpoint_step
+from boost.runtime.checkpoint_folder import checkpoint_folders, checkpoint_step, inspect_checkpoint
 from torchtitan_ext.guards.checkpoint_guard import ResumePlan
 from torchtitan_ext.guards.checkpoint_identity import write_identity
 from torchtitan_ext.startup_clock import STARTUP
@@ -134,6 +136,10 @@ class BoostCheckpointManager(CheckpointManager):
             self.ft_manager and self.ft_manager.participating_rank() == 0
         ):
             return
-        steps = sorted(checkpoint_folders(Path(self.folder)).items())
-        for _, path in steps[: -self.keep_latest_k]:
-            self.purge_queue.put(str(path))
+        # keep_latest_k counts intact checkpoints: an unfinished or corrupt folder would take the place of
+        # one, and the intact ones behind it be deleted. Only intact ones are purged; the others are left
+        # for the user (the resume guard names each it skips), an unfinished async save among them.
+        found = checkpoint_folders(Path(self.folder))
+        intact = sorted(step for step, path in found.items() if inspect_checkpoint(path) is None)
+        for step in intact[: -self.keep_latest_k]:
+            self.purge_queue.put(str(found[step]))
