@@ -254,7 +254,12 @@ class BoostTrainer(Trainer):
         if self.step == self._start_step:
             said = "before its first step: nothing new to save"
         elif self.checkpointer.save_at_stop(self.step):
-            said = f"checkpoint {self.checkpointer.folder}/step-{self.step} saved; run the same command to resume"
+            # a run started at checkpoint.load_step N would load N again under the same command
+            pinned = self.job_config.checkpoint.load_step != -1
+            again = (
+                f"the same command with --checkpoint.load_step {self.step}" if pinned else "the same command"
+            )
+            said = f"checkpoint {self.checkpointer.folder}/step-{self.step} saved; run {again} to resume"
         else:
             said = "checkpointing is off: nothing saved"
         self.stop.done()

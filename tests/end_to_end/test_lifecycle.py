@@ -34,15 +34,20 @@ HANG_GUARD_S = 600
 
 
 def _start(
-    tmp_path: Path, folder: str, *overrides: str, steps: int = STEPS, hold_after: int | None = None
+    tmp_path: Path,
+    folder: str,
+    *overrides: str,
+    steps: int = STEPS,
+    hold_after: int | None = None,
+    ngpu: int = NGPU,
 ) -> tuple[subprocess.Popen, Path]:
-    """``run_train.sh`` at NGPU=2 in a session of its own (a terminal's job); console to a file. With
+    """``run_train.sh`` at NGPU=``ngpu`` in a session of its own (a terminal's job); console to a file. With
     ``hold_after``, every rank waits after that step at its FIFO ``<tmp_path>/<folder>-hold.<rank>``."""
     env = dict(
-        os.environ, NGPU=str(NGPU), PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache")
+        os.environ, NGPU=str(ngpu), PYTHON=sys.executable, BOOST_CACHE=str(tmp_path.parent / "boost-cache")
     )
     if hold_after is not None:
-        for rank in range(NGPU):
+        for rank in range(ngpu):
             os.mkfifo(tmp_path / f"{folder}-hold.{rank}")
         env[HOLD_ENV] = f"{hold_after}:{tmp_path / f'{folder}-hold'}"
     console = tmp_path / f"{folder}.console"
@@ -95,11 +100,11 @@ def _until(done, proc: subprocess.Popen, console: Path, what: str):
     return answer
 
 
-def _held(tmp_path: Path, folder: str, proc: subprocess.Popen, console: Path) -> list[int]:
+def _held(tmp_path: Path, folder: str, proc: subprocess.Popen, console: Path, ngpu: int = NGPU) -> list[int]:
     """Once every rank waits at its FIFO (``step_hold``): the FIFOs opened for writing. Until they are
     closed, no rank moves on; closing them lets the run go on."""
     held = []
-    for rank in range(NGPU):
+    for rank in range(ngpu):
         fifo = tmp_path / f"{folder}-hold.{rank}"
         held.append(_until(lambda fifo=fifo: _open_if_read(fifo), proc, console, f"rank {rank} at its hold"))
     return held
@@ -224,6 +229,31 @@ def test_sigterm_to_every_process_saves_and_resumes_on_the_same_curve(tmp_path, 
     assert f"BOOST: stopped by SIGTERM after step {stopped}: checkpoint" in text
     assert "Traceback" not in text and "SignalException" not in text, text[-3000:]
     assert text.rstrip().splitlines()[-1].startswith("BOOST launcher: SIGTERM received")
+
+
+@pytest.mark.slow
+def test_a_stop_of_a_run_started_at_a_load_step_says_to_resume_at_the_stops_step(tmp_path):
+    # the same command would load its checkpoint.load_step again, not the stop's checkpoint
+    opts = [*COMMON, "--checkpoint.interval", "2", "--boost.stop_check_every", "1"]
+    train(tmp_path, *opts, steps=2, folder="pinned")  # a full step-2 (debug.toml keeps the last save full)
+    proc, console = _start(
+        tmp_path, "pinned", *opts, "--checkpoint.load_step", "2", steps=6, hold_after=3, ngpu=1
+    )
+    held = _held(tmp_path, "pinned", proc, console, ngpu=1)
+    try:
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            os.kill(pid, signal.SIGTERM)
+        _until(lambda: STOPPING in console.read_text(), proc, console, "rank 0's stop line")
+    finally:
+        _release(held)
+    assert proc.wait(timeout=HANG_GUARD_S) == 128 + signal.SIGTERM
+    text = console.read_text()
+    stop = re.search(r"BOOST: stopped by SIGTERM after step (\d+): checkpoint \S+ saved; (.*)", text)
+    assert stop and stop.group(1) == "3", text[-3000:]
+    assert stop.group(2) == "run the same command with --checkpoint.load_step 3 to resume"
+    # what it says: the run goes on after the stop's step
+    log = train(tmp_path, *opts, "--checkpoint.load_step", "3", steps=6, folder="pinned")
+    assert "Training starts at step 4" in log and min(losses(log)) == 4
 
 
 @pytest.mark.slow
