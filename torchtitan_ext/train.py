@@ -253,6 +253,12 @@ class BoostTrainer(Trainer):
             self.metrics_processor.refuse_non_finite(self.step, float(self._grad_norm))
         if self.step == self._start_step:
             said = "before its first step: nothing new to save"
+        elif self.step >= self.job_config.training.steps:
+            # torchtitan's last save has run (the model alone under checkpoint.last_save_model_only): the
+            # run is over, and no command resumes it
+            said = (
+                f"the run had reached training.steps = {self.job_config.training.steps}: its training is done"
+            )
         elif self.checkpointer.save_at_stop(self.step):
             # a run started at checkpoint.load_step N would load N again under the same command
             pinned = self.job_config.checkpoint.load_step != -1

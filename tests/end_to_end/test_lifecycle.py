@@ -257,6 +257,28 @@ def test_a_stop_of_a_run_started_at_a_load_step_says_to_resume_at_the_stops_step
 
 
 @pytest.mark.slow
+def test_a_stop_at_the_last_step_says_the_training_is_done(tmp_path):
+    # torchtitan's last save keeps the model alone here: "run the same command to resume" would have
+    # named it a resume point, and the next run trained the last steps again from step 2
+    opts = [*COMMON, "--checkpoint.interval", "2", "--boost.stop_check_every", "1"]
+    proc, console = _start(
+        tmp_path, "ended", *opts, "--checkpoint.last_save_model_only", steps=3, hold_after=3, ngpu=1
+    )
+    held = _held(tmp_path, "ended", proc, console, ngpu=1)
+    try:
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            os.kill(pid, signal.SIGTERM)
+        _until(lambda: STOPPING in console.read_text(), proc, console, "rank 0's stop line")
+    finally:
+        _release(held)
+    proc.wait(timeout=HANG_GUARD_S)
+    text = console.read_text()
+    stop = re.search(r"BOOST: stopped by SIGTERM after step (\d+): (.*)", text)
+    assert stop and stop.group(1) == "3", text[-3000:]
+    assert stop.group(2) == "the run had reached training.steps = 3: its training is done"
+
+
+@pytest.mark.slow
 def test_a_stop_after_a_non_finite_step_saves_no_checkpoint(tmp_path):
     # lr 1e30 makes step 2 on non-finite; no log step (and no interval save) until step 100, so the guard's
     # only read of the norm is the stop's own, at its agreed boundary after step 4 (a save there would hold
