@@ -40,11 +40,14 @@ class BoostValidator(Validator):
 
     @torch.no_grad()
     def validate(self, model_parts: list[nn.Module], step: int) -> None:
-        """torchtitan 0.2.2's ``Validator.validate``, with the valid tokens counted before the CP sharding."""
+        """torchtitan 0.2.2's ``Validator.validate``, with the valid tokens counted before the CP sharding, and the
+        loss one mean over every batch's tokens (torchtitan averages the batches' means: a partial last batch
+        weighed as much as a whole one, and the loss depended on ``validation.local_batch_size``)."""
         for model in model_parts:
             model.eval()
         parallel_dims = self.parallel_dims
-        accumulated_losses = []
+        loss_total = torch.zeros((), device=utils.device_type)  # the batches' loss sums, this rank's share
+        tokens_total = torch.zeros((), device=utils.device_type)  # the batches' valid tokens, every dp rank's
         device_type = utils.device_type
         num_steps = 0
         steps = self.job_config.validation.steps
@@ -95,11 +98,12 @@ class BoostValidator(Validator):
                     with self.maybe_enable_amp:
                         predictions = model_parts[0](inputs, **extra_inputs, **extra_kwargs)
                         loss_sum = self.loss_fn(predictions, labels)
-            accumulated_losses.append(loss_sum.detach() / global_valid_tokens)
+            loss_total += loss_sum.detach().sum()
+            tokens_total += global_valid_tokens
             num_steps += 1
 
-        loss = torch.sum(torch.stack(accumulated_losses))
-        loss /= num_steps
+        # one token mean over every batch: a partial last batch weighs its tokens, not a whole batch's share
+        loss = loss_total / tokens_total
         if parallel_dims.dp_cp_enabled:
             global_avg_loss = dist_utils.dist_sum(loss, parallel_dims.get_optional_mesh("loss"))
         else:
