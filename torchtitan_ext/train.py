@@ -182,15 +182,21 @@ class BoostTrainer(Trainer):
 
         if not self.metrics_processor.should_log(self.step):
             return
-        if parallel_dims.dp_cp_enabled:  # as torchtitan: see Trainer.train_step
+        if parallel_dims.dp_cp_enabled:
+            # Under CP a rank's loss is its share of the window: the data-parallel rank's loss is the sum
+            # over the cp mesh, and its tokens (counted before the sharding) are the window's. The max
+            # over ranks and the tokens seen are then taken over the batch mesh only (torchtitan takes
+            # both over dp × cp: the max a cp-th of the loss, the tokens cp times the data).
             loss = loss.detach()
-            loss_mesh = parallel_dims.get_optional_mesh("loss")
-            local_avg_loss = loss * global_valid_tokens / local_valid_tokens
+            cp_mesh = parallel_dims.get_optional_mesh("cp")
+            window_loss = funcol.all_reduce(loss, "sum", cp_mesh) if cp_mesh is not None else loss
+            batch_mesh = parallel_dims.get_optional_mesh("batch")
+            local_avg_loss = window_loss * global_valid_tokens / local_valid_tokens
             global_avg_loss, global_max_loss, global_ntokens_seen = (
-                dist_utils.dist_sum(loss, loss_mesh),
-                dist_utils.dist_max(local_avg_loss, loss_mesh),
+                dist_utils.dist_sum(window_loss, batch_mesh),
+                dist_utils.dist_max(local_avg_loss, batch_mesh),
                 dist_utils.dist_sum(
-                    torch.tensor(self.ntokens_seen, dtype=torch.int64, device=self.device), loss_mesh
+                    torch.tensor(self.ntokens_seen, dtype=torch.int64, device=self.device), batch_mesh
                 ),
             )
         else:
