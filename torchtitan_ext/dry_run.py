@@ -17,6 +17,12 @@ run's activations and gradients keep a model's scale and every scheme runs all i
 and the loss cost what they cost with any token ids; the fold applies to every scheme alike (btp shards
 the table on the embedding dim and needs no fold, but its dry runs read the same tokens as the
 others'). A real run is never folded.
+
+Under context parallelism a rank holds its share of each window's loss, and the fake all-reduce over the
+cp mesh adds no other share to it: a dry run divides by its share's tokens, not the window's
+(``context_parallel.counted_labels``), so its loss is a real run's to what attention over the rank's own
+keys changes (0.07 % at the debug size), and its gradient one share's mean, a smaller batch's (its norm
+1.2× the real run's there), not half of either.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from torchtitan_ext.guards.launcher_watch import end_with_launcher
 from torchtitan_ext.guards.run_lock import RunFolderInUse, RunLock
 from torchtitan_ext.guards.step_hold import hold_at_step
 from torchtitan_ext.infra import cudagraphs
-from torchtitan_ext.infra.context_parallel import prepare_job_batch
+from torchtitan_ext.infra.context_parallel import counted_labels, prepare_job_batch
 from torchtitan_ext.preflight import ConfigError, check_config, dry_run_rank, world_size_from_env
 from torchtitan_ext.start_warnings import install as answer_start_warnings
 from torchtitan_ext.startup_clock import STARTUP
@@ -152,7 +152,8 @@ class BoostTrainer(Trainer):
                 input_dict["input"], labels = fold_tokens(
                     input_dict["input"], labels, self._dry_run_vocab_shard
                 )
-            local_valid_tokens += (labels != IGNORE_INDEX).sum()
+            counted = counted_labels(labels, parallel_dims, self.job_config)  # a dry run's: its CP share
+            local_valid_tokens += (counted != IGNORE_INDEX).sum()
             microbatches.append((input_dict, labels))
         local_valid_tokens = local_valid_tokens.to(self.device)
         if parallel_dims.dp_enabled:

@@ -26,7 +26,7 @@ from torchtitan.components.validate import Validator
 from torchtitan.distributed import utils as dist_utils
 from torchtitan.tools import utils
 
-from torchtitan_ext.infra.context_parallel import prepare_job_batch
+from torchtitan_ext.infra.context_parallel import counted_labels, prepare_job_batch
 
 
 class BoostValidator(Validator):
@@ -66,8 +66,11 @@ class BoostValidator(Validator):
             for k, v in input_dict.items():
                 input_dict[k] = v.to(device_type)
             labels = labels.to(device_type)
-            # the whole window's tokens, as the trainer counts them (torchtitan counts a CP rank's share)
-            local_valid_tokens = (labels != IGNORE_INDEX).sum()
+            # the whole window's tokens, as the trainer counts them (torchtitan counts a CP rank's share; a dry
+            # run counts it too: its fake cp mesh sums no other rank's loss)
+            local_valid_tokens = (
+                counted_labels(labels, parallel_dims, self.job_config) != IGNORE_INDEX
+            ).sum()
             inputs, labels, extra_inputs, extra_kwargs = self.post_dataloading_process(
                 input_dict, labels, model_parts
             )

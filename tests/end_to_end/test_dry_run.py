@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from bench.dry_run import dry_run
-from tests.trainer import ROOT
+from tests.trainer import ROOT, losses, train
 
 # (flavor, world size, extra overrides, layout), CPU-seconds measured on this machine: 7B at 16 ~35-45,
 # 30B at 32 ~80 (rank 0 holds pipeline stage 0, 9 of 36 layers, and its FSDP share of them: 175
@@ -123,3 +123,37 @@ def test_a_dry_run_plays_the_pipelines_last_stage_where_dry_run_rank_says(tmp_pa
         "BOOST config error: DRY_RUN_RANK = 4: must be one of the dry run's NGPU = 4 ranks, 0 to 3"
     ], refused.stderr[-2000:]
     assert not (tmp_path / "refused").exists()  # refused before any work
+
+
+@pytest.mark.slow
+def test_a_context_parallel_dry_run_logs_a_real_runs_loss(tmp_path):
+    """Rank 0 of cp 2 on the fake process group holds half of each window's loss, and the fake all-reduce
+    over the cp mesh adds nothing to it: counted over the whole window, its loss was half a real run's
+    (4.06 against 8.15 at step 1) and its gradients smaller. It counts its own share
+    (``context_parallel.counted_labels``): the loss is the real run's to what attention over one share
+    of the keys changes (the real run's ranks see all of them)."""
+    layout = ("--parallelism.context_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1")
+    common = ("--training.seq_len", "64", "--training.local_batch_size", "4", "--metrics.log_freq", "1",
+              "--checkpoint.no-enable", "--validation.no-enable", *layout)  # fmt: skip
+    real_log = train(tmp_path, *common, ngpu=2, steps=1, folder="real")
+    real = losses(real_log)
+    env = dict(
+        os.environ,
+        DRY_RUN="1",
+        NGPU="2",
+        PYTHON=sys.executable,
+        BOOST_CACHE=str(tmp_path.parent / "boost-cache"),
+    )
+    proc = subprocess.run(
+        ["./run_train.sh", "--job.dump_folder", str(tmp_path / "dry"), "--training.steps", "1", *common],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    out = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
+    assert proc.returncode == 0, out[-3000:]
+    dry = losses(out)
+    # the whole window's attention against one share's: 0.07 % apart (8.1532 against 8.1476); halved, 50 %
+    assert dry[1] == pytest.approx(real[1], rel=5e-3), (dry, real)
+    norms = [float(re.search(r"grad_norm:\s+(\S+)", log).group(1)) for log in (out, real_log)]
+    # one share's mean gradient, a smaller batch's: a larger norm than the window's (1.51 against 1.25), not
+    # a smaller one (halved: 0.76)
+    assert norms[1] <= norms[0] < 1.5 * norms[1], norms

@@ -36,6 +36,7 @@ from torchtitan.distributed.context_parallel import (
 from torchtitan.tools.logging import logger
 
 from boost.training.rules import context_parallel_path
+from torchtitan_ext.config import DRY_RUN_COMM_MODE
 from torchtitan_ext.torch_private import (
     all_gathered_keys_and_values,
     ring_attention_on_cpu_kernel,
@@ -101,6 +102,17 @@ def prepare_job_batch(model: nn.Module, tokenizer, input_dict, labels, parallel_
     cp_mesh = parallel_dims.get_mesh("cp") if parallel_dims.cp_enabled else None
     load_balancer = job_config.parallelism.context_parallel_load_balancer
     return prepare_batch(model, tokenizer, input_dict, labels, cp_mesh, load_balancer)
+
+
+def counted_labels(labels: torch.Tensor, parallel_dims, job_config) -> torch.Tensor:
+    """The labels whose valid tokens a step's loss is divided by: the whole window's, since the CP ranks' loss
+    shares sum to the window's over the cp mesh; on a dry run's fake process group, which sums nothing, this
+    rank's share (as ``prepare_batch`` deals it), so its loss and gradients keep a real run's scale."""
+    if job_config.comm.mode != DRY_RUN_COMM_MODE or not parallel_dims.cp_enabled:
+        return labels
+    load_balancer = job_config.parallelism.context_parallel_load_balancer
+    (share,), _ = cp_shard(parallel_dims.get_mesh("cp"), (labels,), None, load_balancer)
+    return share
 
 
 def shard_mask_rows(mask: torch.Tensor, cp_mesh: DeviceMesh, load_balancer: str | None) -> torch.Tensor:
