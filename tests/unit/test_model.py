@@ -67,6 +67,37 @@ def test_flops_count_factor_shapes():
 
 
 @pytest.mark.parametrize(
+    "kind,extra",
+    [
+        ("full", {}),
+        ("cola", {}),
+        ("cola", {"group_linears": False}),
+        ("lax", {}),
+        ("lax", {"lax_gate_form": "kron"}),
+        ("lax", {"lax_gate": "linear"}),
+    ],
+    ids=["full", "cola", "cola_ungrouped", "lax_factored", "lax_kron", "lax_linear"],
+)
+def test_flops_per_token_is_what_the_model_runs(kind, extra):
+    """``flops_per_token`` less attention's ``12·n_layers·dim·seq_len`` is what torch's FlopCounterMode counts
+    in one forward and backward of the model: every GEMM, LaX's gates in the form the model computes them
+    (``kron``: one ``[r, r]`` GEMM, r² a token, not the factored pair's r·(a + b)). Attention is left out:
+    the CPU's fused SDPA kernel is not one FlopCounterMode counts. Integer counts of the same GEMMs: exact."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    seq, vocab = 64, 512
+    args = ModelArgs.from_flavor("debug", linear=kind, vocab_size=vocab, max_seq_len=seq, **extra)
+    model = Transformer(args)
+    model.init_weights(seed=0)
+    tokens = torch.randint(0, vocab, (2, seq), generator=torch.Generator().manual_seed(0))
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(tokens).float().sum().backward()
+    attention = 12 * args.n_layers * args.dim * seq
+    assert counter.get_total_flops() == (flops_per_token(args, seq) - attention) * tokens.numel()
+
+
+@pytest.mark.parametrize(
     "kind,lax_gate",
     [("svd", "tensorized"), ("cola", "tensorized"), *(("lax", g) for g in ("tensorized", "linear", "none"))],
 )

@@ -157,12 +157,13 @@ class ModelArgs:
             raise ValueError(f"boost.rank = {self.rank}: {problem}; try boost.rank_ratio = 0.25")
 
 
-def lax_gate_macs(rank: int, gate: str) -> int:
-    """Multiply-adds a token of one LaX gate costs: ``r·(a + b)`` for the tensorized pair (``Dᵀ·R·E``,
-    ``r = a·b``), ``r²`` for the linear gate, none for the identity."""
-    if gate == "tensorized":
+def lax_gate_macs(rank: int, gate: str, form: str = "factored") -> int:
+    """Multiply-adds a token of one LaX gate costs, as ``form`` (``boost.lax_gate_form``) computes it:
+    ``r·(a + b)`` for the tensorized pair factored (``Dᵀ·R·E``, ``r = a·b``), ``r²`` for it as one
+    ``kron(D, E)`` GEMM and for the linear gate, none for the identity."""
+    if gate == "tensorized" and form == "factored":
         return rank * sum(most_balanced_factor_pair(rank))
-    return rank * rank if gate == "linear" else 0
+    return rank * rank if gate in ("tensorized", "linear") else 0
 
 
 def lax_gate_params(rank: int, gate: str) -> int:
@@ -201,8 +202,8 @@ def flops_per_token(args: ModelArgs, seq_len: int) -> int:
     """Training FLOPs per token (forward + backward), counted from the actual factor shapes.
 
     6 FLOPs per GEMM weight per token (2 forward, 4 backward) — a low-rank layer costs
-    ``6·(d_in·r + r·d_out)``, not ``6·d_in·d_out``, and LaX's gates 6 per multiply-add of theirs
-    (``lax_gate_macs``) — plus causal-free attention scores and values,
+    ``6·(d_in·r + r·d_out)``, not ``6·d_in·d_out``, and LaX's gates 6 per multiply-add of theirs in the
+    form the model computes them (``lax_gate_macs``) — plus causal-free attention scores and values,
     ``12·n_layers·dim·seq_len`` as in torchtitan and the PaLM paper (Appendix B), so that MFU is
     comparable with torchtitan's for the dense kind.
 
@@ -213,5 +214,5 @@ def flops_per_token(args: ModelArgs, seq_len: int) -> int:
         >>> round(dense / lowrank, 2)
         2.04
     """
-    gates = crossing_layers(args) * 7 * lax_gate_macs(args.rank, args.lax_gate)  # LaX: GEMM-like too
+    gates = crossing_layers(args) * 7 * lax_gate_macs(args.rank, args.lax_gate, args.lax_gate_form)
     return 6 * (matmul_params(args) + gates) + 12 * args.n_layers * args.dim * seq_len
