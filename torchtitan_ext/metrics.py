@@ -1,8 +1,10 @@
 """torchtitan's metrics processor plus BOOST's communication metrics and the non-finite guard.
 
-A step's collectives are counted by ``boost.runtime.comm_counter.CommCounter``, opened at the first forward of
-the step and closed at the optimizer step (so the gradient-norm all-reduce is included). The counter is
-a dispatch mode that sees every op, so it watches only the steps whose numbers are reported:
+A step's collectives are counted by ``boost.runtime.comm_counter.CommCounter``, opened once the step's data
+is loaded (before the token count's all-reduce and, under PP, the schedule's first receive) and closed
+after the optimizer step (so the gradient-norm all-reduce and an optimizer's own collectives, LORO's exact
+steps', are included). The counter is a dispatch mode that sees every op, so it watches only the steps
+whose numbers are reported:
 
 - eager: each log step;
 - compiled: one step, the second this process runs, eagerly (``torch.compiler.set_stance
@@ -13,7 +15,8 @@ a dispatch mode that sees every op, so it watches only the steps whose numbers a
   is left to compile, before torchtitan lowers the process groups' timeouts after step 1.
 
 The counter also holds every counted collective to NCCL's rules (``boost.runtime.comm_counter.NcclRuleError``)
-against the parameters' device, on any backend, and counts the step's host syncs.
+against the parameters' device, on any backend, and counts the step's host syncs up to the optimizer step
+(Adam's ``.item()`` on its step counts, host tensors, waits on no device).
 Tensorboard gets ``boost/comm_bytes_per_step``, ``boost/comm_count_per_step``, ``boost/host_syncs_per_step``
 and one ``boost/comm_bytes/<kind>`` per collective kind; the console gets one ``comm/step`` line per log.
 Every checkpoint step is a log step, where the global gradient norm comes to the host anyway: the
@@ -55,20 +58,10 @@ class BoostMetricsProcessor(MetricsProcessor):
         self._last_step = job_config.training.steps
         self._dry_run = job_config.comm.mode == DRY_RUN_COMM_MODE
         self._steps_run = 0
-        self._count_this_step = False
+        self._host_syncs = 0  # the counted step's, up to its optimizer step
         self.last_comm: dict[str, Any] | None = None
 
-    # The trainer assigns these after building the model and the optimizers.
-    @property
-    def model_parts(self):
-        return self.__dict__.get("_model_parts")
-
-    @model_parts.setter
-    def model_parts(self, parts) -> None:
-        self.__dict__["_model_parts"] = parts
-        if parts and self._enabled:
-            parts[0].register_forward_pre_hook(self._open)
-
+    # The trainer assigns it after building the optimizers.
     @property
     def optimizers(self):
         return self.__dict__.get("_optimizers")
@@ -77,8 +70,10 @@ class BoostMetricsProcessor(MetricsProcessor):
     def optimizers(self, optimizers) -> None:
         self.__dict__["_optimizers"] = optimizers
         if optimizers is not None and self._enabled:
-            for opt in optimizers.optimizers:
-                opt.register_step_pre_hook(self._before_update)
+            # the container steps its optimizers (one a model part) in order: the update starts with the
+            # first and ends with the last
+            optimizers.optimizers[0].register_step_pre_hook(self._before_update)
+            optimizers.optimizers[-1].register_step_post_hook(self._after_update)
 
     def should_log(self, step: int) -> bool:
         # a checkpoint step is a log step: the guard reads its gradient norm before the save
@@ -86,25 +81,25 @@ class BoostMetricsProcessor(MetricsProcessor):
         saves = ckpt.enable and (step % ckpt.interval == 0 or step == self._last_step)
         return super().should_log(step) or saves
 
-    def step_begins(self, step: int) -> None:
-        """Called by the trainer before each step: decides whether the counter watches it."""
+    def data_loaded(self, step: int) -> None:
+        """Called by the trainer once each step's data is loaded, before any collective of the step: opens
+        the counter on a step it watches."""
         self._steps_run += 1
         if not self._enabled:
             return
-        if self._compiled:
-            self._count_this_step = self._steps_run == 2
-        else:
-            self._count_this_step = self.should_log(step)
-
-    def _open(self, module, args) -> None:
-        if self._counter is None and self._count_this_step and module.training:
+        watched = self._steps_run == 2 if self._compiled else self.should_log(step)
+        if watched and self._counter is None:
             if self._compiled:
                 torch.compiler.set_stance("force_eager")
-            device = next(module.parameters()).device
-            self._counter = CommCounter(device=device)
+            self._counter = CommCounter(device=next(self.model_parts[0].parameters()).device)
             self._counter.__enter__()
 
     def _before_update(self, optimizer, args, kwargs) -> None:
+        # Adam reads its step counts, host tensors, with .item(): no wait on the device, not the step's syncs
+        if self._counter is not None:
+            self._host_syncs = self._counter.host_syncs
+
+    def _after_update(self, optimizer, args, kwargs) -> None:
         self._close()
 
     def _close(self) -> None:
@@ -113,11 +108,10 @@ class BoostMetricsProcessor(MetricsProcessor):
             counter.__exit__(None, None, None)
             if self._compiled:
                 torch.compiler.set_stance("default")
-            self._count_this_step = False
             self.last_comm = {
                 "bytes": counter.total_bytes(),
                 "count": counter.total_count(),
-                "host_syncs": counter.host_syncs,
+                "host_syncs": self._host_syncs,
                 "by_kind": dict(counter.bytes),
                 "summary": counter.summary(),
             }
@@ -141,7 +135,7 @@ class BoostMetricsProcessor(MetricsProcessor):
         if self.last_comm and self.last_comm["count"]:
             logger.info(
                 f"comm/step: {self.last_comm['summary']}, host syncs {self.last_comm['host_syncs']} "
-                f"(rank {dist.get_rank() if dist.is_initialized() else 0}, one step from its first forward to "
+                f"(rank {dist.get_rank() if dist.is_initialized() else 0}, one step from its data to the end of "
                 f"the optimizer step{self._how_counted})"
             )
         self.refuse_non_finite(step, grad_norm)

@@ -120,7 +120,6 @@ class BoostTrainer(Trainer):
         self._params: list[torch.nn.Parameter] | None = None
 
     def train_step(self, data_iterator) -> None:
-        self.metrics_processor.step_begins(self.step)  # which steps the communication counter watches
         if self._cudagraphs:
             cudagraphs.mark_step()
         if self._first_step_done:
@@ -155,6 +154,9 @@ class BoostTrainer(Trainer):
             counted = counted_labels(labels, parallel_dims, self.job_config)  # a dry run's: its CP share
             local_valid_tokens += (counted != IGNORE_INDEX).sum()
             microbatches.append((input_dict, labels))
+        # the communication counter, on the steps it watches, from here: every collective of the step, none of
+        # the data loader's host-side work
+        self.metrics_processor.data_loaded(self.step)
         local_valid_tokens = local_valid_tokens.to(self.device)
         if parallel_dims.dp_enabled:
             batch_mesh = parallel_dims.get_mesh("batch")
