@@ -25,6 +25,7 @@ non-finite guard (``torchtitan_ext.guards.nonfinite_guard``) reads it there, bef
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -58,6 +59,9 @@ class BoostMetricsProcessor(MetricsProcessor):
         self._last_step = job_config.training.steps
         self._dry_run = job_config.comm.mode == DRY_RUN_COMM_MODE
         self._steps_run = 0
+        self._steps_since_log = (
+            0  # torchtitan divides by log_freq: a checkpoint's or the last step's log is sooner
+        )
         self._host_syncs = 0  # the counted step's, up to its optimizer step
         self.last_comm: dict[str, Any] | None = None
 
@@ -85,6 +89,7 @@ class BoostMetricsProcessor(MetricsProcessor):
         """Called by the trainer once each step's data is loaded, before any collective of the step: opens
         the counter on a step it watches."""
         self._steps_run += 1
+        self._steps_since_log += 1
         if not self._enabled:
             return
         watched = self._steps_run == 2 if self._compiled else self.should_log(step)
@@ -124,7 +129,10 @@ class BoostMetricsProcessor(MetricsProcessor):
         grad_norm: float,
         extra_metrics: dict[str, Any] | None = None,
     ):
-        extra = dict(extra_metrics or {})
+        # the time a step took since the last log, however many steps that was (torchtitan: / log_freq)
+        steps, self._steps_since_log = max(self._steps_since_log, 1), 0
+        extra = {"time_metrics/end_to_end(s)": (time.perf_counter() - self.time_last_log) / steps}
+        extra.update(extra_metrics or {})
         if self.last_comm is not None:
             extra["boost/comm_bytes_per_step"] = self.last_comm["bytes"]
             extra["boost/comm_count_per_step"] = self.last_comm["count"]
@@ -139,6 +147,24 @@ class BoostMetricsProcessor(MetricsProcessor):
                 f"the optimizer step{self._how_counted})"
             )
         self.refuse_non_finite(step, grad_norm)
+
+    def log_validation(
+        self,
+        loss: float,
+        step: int,
+        extra_metrics: dict[str, Any] | None = None,
+        *,
+        tokens: int = 0,
+        seconds: float = 0.0,
+    ) -> None:
+        """torchtitan's, on the validation's own ``tokens`` and ``seconds``: torchtitan's reads and resets the
+        training's counters, so a validation between log steps took the training's tokens and time into its
+        throughput and cut them from the next training log's. The training's interval resumes after it, less
+        the validation's time."""
+        train_tokens, train_since = self.ntokens_since_last_log, self.time_last_log
+        self.ntokens_since_last_log, self.time_last_log = tokens, time.perf_counter() - seconds
+        super().log_validation(loss, step, extra_metrics)
+        self.ntokens_since_last_log, self.time_last_log = train_tokens, train_since + seconds
 
     def refuse_non_finite(self, step: int, grad_norm: float) -> None:
         """The non-finite guard on step ``step``'s gradient norm (``nonfinite_guard``), saying so in a dry run:

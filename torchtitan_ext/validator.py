@@ -18,6 +18,8 @@ agree before each batch to stop at the shortest share.
 
 from __future__ import annotations
 
+import time
+
 import torch
 import torch.distributed._functional_collectives as funcol
 from torch import nn
@@ -50,6 +52,7 @@ class BoostValidator(Validator):
         tokens_total = torch.zeros((), device=utils.device_type)  # the batches' valid tokens, every dp rank's
         device_type = utils.device_type
         num_steps = 0
+        tokens, started = 0, time.perf_counter()  # its own throughput, not the training's counters
         steps = self.job_config.validation.steps
         batches = iter(self.validation_dataloader)
         while steps == -1 or num_steps < steps:
@@ -62,7 +65,7 @@ class BoostValidator(Validator):
             elif batch is None:
                 break
             input_dict, labels = batch
-            self.metrics_processor.ntokens_since_last_log += labels.numel()
+            tokens += labels.numel()
             for k, v in input_dict.items():
                 input_dict[k] = v.to(device_type)
             labels = labels.to(device_type)
@@ -114,6 +117,8 @@ class BoostValidator(Validator):
         if parallel_dims.pp_enabled and not self.pp_has_last_stage:
             # no loss here: the training line's placeholder, not torchtitan's -1 / tokens (-0.0005)
             global_avg_loss = -1.0
-        self.metrics_processor.log_validation(loss=global_avg_loss, step=step)
+        self.metrics_processor.log_validation(
+            loss=global_avg_loss, step=step, tokens=tokens, seconds=time.perf_counter() - started
+        )
         for model in model_parts:
             model.train()
