@@ -81,3 +81,38 @@ def test_lax_carries_cross_a_stage_boundary_only_between_blocks(num_stages: int)
         assert len(out) == 1 + (carried if carry_crosses(names, boundary, 4) else 0), (boundary, len(out))
     logits = _model_part(model, names[-1])(*out)
     torch.testing.assert_close(logits, model(tokens), rtol=1e-12, atol=1e-12)
+
+
+def test_stages_named_by_hand_are_held_to_the_splits_torchtitan_makes():
+    """``rules.module_split_problem`` (the preflight's check of ``parallelism.module_fqns_per_model_part``)
+    accepts every split torchtitan's ``generate_llm_fqn_per_model_part`` makes, and refuses a split that
+    leaves a block out, names one twice, or names one the model lacks: its names are the model's own."""
+    from boost.training.rules import model_part_names, module_split_problem
+
+    with torch.device("meta"):
+        model = Transformer(ModelArgs.from_flavor("debug", linear="cola", vocab_size=512, n_layers=N_LAYERS))
+    top = [name for name, _ in model.named_children()]
+    assert model_part_names(N_LAYERS) == [
+        f"layers.{key}" if name == "layers" else name
+        for name in top
+        for key in (model.layers.keys() if name == "layers" else [None])
+    ]
+    made = 0
+    for n_layers in (1, 2, 4, N_LAYERS):
+        for num_stages in range(1, n_layers + 3):
+            for first_less, last_less in ((1, 1), (0, 0), (2, 1), (1, 2)):
+                try:
+                    names = generate_llm_fqn_per_model_part(num_stages, n_layers, first_less, last_less)
+                except ValueError:
+                    continue
+                made += 1
+                assert module_split_problem(names, n_layers) is None, (n_layers, names)
+    assert made > 50
+    split = generate_llm_fqn_per_model_part(2, N_LAYERS, 1, 1)
+    assert "leaves out layers.3" in module_split_problem([split[0][:-1], split[1]], N_LAYERS)
+    assert "names layers.3 in more than one stage" in module_split_problem(
+        [split[0], ["layers.3", *split[1]]], 8
+    )
+    assert "'layers.8', which the model does not have" in module_split_problem(
+        [split[0], [*split[1], "layers.8"]], 8
+    )

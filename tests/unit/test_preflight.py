@@ -203,6 +203,34 @@ CASES = [
         "parallelism.pipeline_parallel_layers_per_stage = 1: gives 3 stages per rank; schedule 1F1B runs one: leave it "
         "unset, or choose a multi-stage schedule",
     ),
+    # stages named by hand: each module once, in the forward's order, as many stages as the schedule runs
+    (
+        [
+            *("--parallelism.pipeline_parallel_degree", "2", "--parallelism.module_fqns_per_model_part"),
+            *("tok_embeddings,layers.0", "layers.2,layers.3,norm,output"),
+        ],
+        2,
+        "parallelism.module_fqns_per_model_part = [['tok_embeddings', 'layers.0'], ['layers.2', 'layers.3', 'norm', "
+        "'output']]: leaves out layers.1, which no stage would train: the stages, read in order, must name "
+        "tok_embeddings, layers.0 … layers.3, norm, output, each once",
+    ),
+    (
+        [
+            *("--parallelism.pipeline_parallel_degree", "2", "--parallelism.module_fqns_per_model_part"),
+            *("tok_embeddings,layers.0,layers.1", "layers.1,layers.2,layers.3,norm,output"),
+        ],
+        2,
+        "names layers.1 in more than one stage, which would train a copy of it in each",
+    ),
+    (
+        [
+            *("--parallelism.pipeline_parallel_degree", "2", "--parallelism.module_fqns_per_model_part"),
+            *("tok_embeddings,layers.0", "layers.1,layers.2", "layers.3,norm,output"),
+        ],
+        2,
+        "parallelism.module_fqns_per_model_part = [['tok_embeddings', 'layers.0'], ['layers.1', 'layers.2'], "
+        "['layers.3', 'norm', 'output']]: gives 3 stages, which 2 pipeline ranks cannot split evenly",
+    ),
     (
         ["--boost.linear", "full", "--parallelism.tensor_parallel_degree", "2"],
         2,

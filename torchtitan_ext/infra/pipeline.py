@@ -415,7 +415,7 @@ def pipeline_boost(
     )
     num_stages = len(module_names)
     problem = pipeline_stages_problem(par.pipeline_parallel_schedule, multi_stage, pp, num_stages)
-    if problem:  # the preflight refuses it first where pipeline_parallel_layers_per_stage sets the count
+    if problem:  # the preflight refuses it before start (job_rules); this guards a trainer started without it
         field = (
             "module_fqns_per_model_part"
             if par.module_fqns_per_model_part

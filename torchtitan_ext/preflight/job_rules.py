@@ -255,11 +255,14 @@ def _known_pipeline_schedule(ctx: JobContext) -> str | None:
 
 
 def _pipeline_stages(ctx: JobContext) -> tuple[str, bool, int]:
-    """The schedule's name, whether it runs several stages per rank, and the stage count over all ranks."""
+    """The schedule's name, whether it runs several stages per rank, and the stage count over all ranks:
+    the parts of ``module_fqns_per_model_part`` where it names them (torchtitan then ignores the rest)."""
     from torch.distributed.pipelining.schedules import PipelineScheduleMulti, get_schedule_class
 
     par = ctx.job.parallelism
     multi_stage = issubclass(get_schedule_class(par.pipeline_parallel_schedule), PipelineScheduleMulti)
+    if par.module_fqns_per_model_part:
+        return par.pipeline_parallel_schedule, multi_stage, len(par.module_fqns_per_model_part)
     stages = rules.pipeline_stage_count(
         multi_stage,
         ctx.pp,
@@ -271,11 +274,27 @@ def _pipeline_stages(ctx: JobContext) -> tuple[str, bool, int]:
     return par.pipeline_parallel_schedule, multi_stage, stages
 
 
-def _pipeline_stages_fit_schedule(ctx: JobContext) -> str | None:
-    if ctx.pp == 1:
+def _stages_named_by_hand(ctx: JobContext) -> bool:
+    return bool(ctx.job.parallelism.module_fqns_per_model_part)
+
+
+def _pipeline_stages_fit_schedule(by_hand: bool) -> Check:
+    """The stage count fits the schedule: the rule of ``module_fqns_per_model_part`` where it names the
+    stages (``by_hand``), else of ``pipeline_parallel_layers_per_stage``, which sets the count."""
+
+    def check(ctx: JobContext) -> str | None:
+        if ctx.pp == 1 or _stages_named_by_hand(ctx) != by_hand:
+            return None
+        schedule, multi_stage, stages = _pipeline_stages(ctx)
+        return rules.pipeline_stages_problem(schedule, multi_stage, ctx.pp, stages)
+
+    return check
+
+
+def _module_split(ctx: JobContext) -> str | None:
+    if ctx.pp == 1 or not _stages_named_by_hand(ctx):
         return None
-    schedule, multi_stage, stages = _pipeline_stages(ctx)
-    return rules.pipeline_stages_problem(schedule, multi_stage, ctx.pp, stages)
+    return rules.module_split_problem(ctx.job.parallelism.module_fqns_per_model_part, ctx.model_args.n_layers)
 
 
 def _enough_microbatches(ctx: JobContext) -> str | None:
@@ -641,9 +660,20 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "parallelism.module_fqns_per_model_part",
+        "unset, or naming tok_embeddings, layers.0 … layers.n-1, norm, output over its parts, each once, in order "
+        "(PP > 1)",
+        _module_split,
+    ),
+    Rule(
+        "parallelism.module_fqns_per_model_part",
+        "unset, or as many parts as pipeline_parallel_layers_per_stage's stages must be (PP > 1)",
+        _pipeline_stages_fit_schedule(by_hand=True),
+    ),
+    Rule(
         "parallelism.pipeline_parallel_layers_per_stage",
         "unset, or giving a multiple of pp stages: 1 per rank single-stage, ≥ 2 multi-stage, 2 for ZBV/DualPipeV",
-        _pipeline_stages_fit_schedule,
+        _pipeline_stages_fit_schedule(by_hand=False),
     ),
     Rule(
         "training.local_batch_size",

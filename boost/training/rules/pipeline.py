@@ -17,6 +17,44 @@ def pipeline_problem(linear: str, pp: int, n_layers: int) -> str | None:
     return None
 
 
+def model_part_names(n_layers: int) -> list[str]:
+    """The modules a pipeline cuts BOOST's model into stages by, in its forward's order
+    (``boost.training.model.Transformer``'s children, its blocks by index)."""
+    return ["tok_embeddings", *(f"layers.{i}" for i in range(n_layers)), "norm", "output"]
+
+
+def module_split_problem(parts: list[list[str]], n_layers: int) -> str | None:
+    """Stages named by hand (``parallelism.module_fqns_per_model_part``) that read in order give
+    ``model_part_names`` exactly: each stage keeps only the modules it names (torchtitan's
+    ``pipeline_module_split``), so a module no stage names is never trained, and one named twice is
+    trained as two copies.
+
+    Example::
+
+        >>> module_split_problem([["tok_embeddings", "layers.0"], ["layers.2", "norm", "output"]], 3)[:31]
+        'leaves out layers.1, which no st'
+    """
+    expected = model_part_names(n_layers)
+    layers = f"layers.0 … layers.{n_layers - 1}" if n_layers > 2 else ", ".join(expected[1:-2])
+    fix = f"the stages, read in order, must name tok_embeddings, {layers}, norm, output, each once"
+    named = [name for part in parts for name in part]
+    empty = [i for i, part in enumerate(parts) if not part]
+    unknown = [name for name in named if name not in expected]
+    twice = [name for name in expected if named.count(name) > 1]
+    missing = [name for name in expected if name not in named]
+    if empty:
+        return f"stage {empty[0]} names no module: {fix}"
+    if unknown:
+        return f"names {unknown[0]!r}, which the model does not have ({n_layers} layers): {fix}"
+    if twice:
+        return f"names {twice[0]} in more than one stage, which would train a copy of it in each: {fix}"
+    if missing:
+        return f"leaves out {', '.join(missing)}, which no stage would train: {fix}"
+    if named != expected:
+        return f"names the modules out of the forward's order: {fix}"
+    return None
+
+
 def pipeline_stage_count(
     multi_stage: bool,
     pp: int,
