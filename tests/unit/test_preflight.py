@@ -231,6 +231,28 @@ CASES = [
         "parallelism.module_fqns_per_model_part = [['tok_embeddings', 'layers.0'], ['layers.1', 'layers.2'], "
         "['layers.3', 'norm', 'output']]: gives 3 stages, which 2 pipeline ranks cannot split evenly",
     ),
+    # stage counts torchtitan's split (generate_llm_fqn_per_model_part) cannot cut: refused before start
+    (
+        [
+            *("--parallelism.pipeline_parallel_degree", "4", "--parallelism.data_parallel_shard_degree", "1"),
+            *("--parallelism.pipeline_parallel_schedule", "Interleaved1F1B"),
+        ],
+        4,
+        "parallelism = \"8 stages of flavor debug's 4 layers\": torchtitan's split (generate_llm_fqn_per_model_part; "
+        "its input and output weights are pipeline_parallel_first_stage_less_layers = 1 and "
+        "pipeline_parallel_last_stage_less_layers = 1) refuses them: Number of stages (8) cannot be greater than "
+        "effective layers (6); cut fewer stages (a lower pipeline_parallel_degree, a single-stage schedule, or "
+        "pipeline_parallel_layers_per_stage), lower those two, or name each stage's modules in "
+        "parallelism.module_fqns_per_model_part",
+    ),
+    (
+        [
+            *("--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_schedule"),
+            *("Interleaved1F1B", "--parallelism.pipeline_parallel_first_stage_less_layers", "3"),
+        ],
+        2,
+        "refuses them: input_weight (3) exceeds minimum layers per stage (2); cut fewer stages",
+    ),
     (
         ["--boost.linear", "full", "--parallelism.tensor_parallel_degree", "2"],
         2,

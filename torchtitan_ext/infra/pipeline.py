@@ -72,7 +72,7 @@ from torch.distributed.tensor import DTensor, Shard
 from torchtitan.components.loss import IGNORE_INDEX, LossFunction
 from torchtitan.config import TORCH_DTYPE_MAP, JobConfig
 from torchtitan.distributed import ParallelDims
-from torchtitan.distributed.pipeline_parallel import build_pipeline_schedule, generate_llm_fqn_per_model_part
+from torchtitan.distributed.pipeline_parallel import build_pipeline_schedule
 from torchtitan.protocols.train_spec import BaseModelArgs, ParallelizeFunction
 from torchtitan.tools.logging import logger
 
@@ -80,11 +80,11 @@ from boost.training.model.model import carry_keys, hands_carries_on
 from boost.training.rules import (
     KINDS,
     SCHEMES,
-    pipeline_stage_count,
     pipeline_stages_problem,
     splits_backward,
 )
 from torchtitan_ext.infra.parallelize import fsdp_wraps
+from torchtitan_ext.infra.stage_split import stage_module_names
 from torchtitan_ext.torch_private import (
     PipelineSchedule,
     forward_shapes,
@@ -392,8 +392,8 @@ def pipeline_boost(
     loss_fn: LossFunction,
 ) -> tuple[PerTokenSchedule, list[nn.Module], bool, bool]:
     """torchtitan 0.2.2's ``pipeline_llm``, building BOOST's stages directly: the same stage count and
-    fqn split (``generate_llm_fqn_per_model_part``, or ``parallelism.module_fqns_per_model_part``), each
-    of this rank's parts parallelised by ``parallelize_fn`` and given its shapes in a ``StaticShapeStage``
+    fqn split (``infra.stage_split.stage_module_names``: torchtitan's, or ``module_fqns_per_model_part``),
+    each of this rank's parts parallelised by ``parallelize_fn`` and given its shapes in a ``StaticShapeStage``
     (a ``DryRunStage`` on a dry run's fake process group), and one schedule over them with the loss per
     token. Returns what ``pipeline_llm`` does: the schedule, the model parts, and whether this rank holds
     the first and the last stage."""
@@ -402,17 +402,7 @@ def pipeline_boost(
     pp_rank, pp = pp_mesh.get_local_rank(), pp_mesh.size()
     schedule_class = get_schedule_class(par.pipeline_parallel_schedule)
     multi_stage = issubclass(schedule_class, PipelineScheduleMulti)
-    n_layers = model_args.n_layers
-    first_less = par.pipeline_parallel_first_stage_less_layers
-    last_less = par.pipeline_parallel_last_stage_less_layers
-    module_names = par.module_fqns_per_model_part or generate_llm_fqn_per_model_part(
-        pipeline_stage_count(
-            multi_stage, pp, n_layers, par.pipeline_parallel_layers_per_stage, first_less, last_less
-        ),
-        n_layers,
-        first_less,
-        last_less,
-    )
+    module_names = stage_module_names(par, multi_stage, pp, model_args.n_layers)
     num_stages = len(module_names)
     problem = pipeline_stages_problem(par.pipeline_parallel_schedule, multi_stage, pp, num_stages)
     if problem:  # the preflight refuses it before start (job_rules); this guards a trainer started without it

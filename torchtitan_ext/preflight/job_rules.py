@@ -291,6 +291,35 @@ def _pipeline_stages_fit_schedule(by_hand: bool) -> Check:
     return check
 
 
+def _torchtitan_cuts_the_stages(ctx: JobContext) -> str | None:
+    """torchtitan's own split of the stage count (``infra.stage_split``), which raises where it cannot cut
+    it, on every rank after start."""
+    if ctx.pp == 1 or _stages_named_by_hand(ctx):
+        return None
+    from torchtitan_ext.infra.stage_split import stage_module_names  # torchtitan only under PP
+
+    par = ctx.job.parallelism
+    _, multi_stage, _ = _pipeline_stages(ctx)
+    try:
+        stage_module_names(par, multi_stage, ctx.pp, ctx.model_args.n_layers)
+    except ValueError as e:
+        return (
+            f"torchtitan's split (generate_llm_fqn_per_model_part; its input and output weights are "
+            f"pipeline_parallel_first_stage_less_layers = {par.pipeline_parallel_first_stage_less_layers} and "
+            f"pipeline_parallel_last_stage_less_layers = {par.pipeline_parallel_last_stage_less_layers}) refuses "
+            f"them: {str(e).rstrip('.')}; cut fewer stages (a lower pipeline_parallel_degree, a single-stage "
+            "schedule, or pipeline_parallel_layers_per_stage), lower those two, or name each stage's modules "
+            "in parallelism.module_fqns_per_model_part"
+        )
+    return None
+
+
+def _stage_cut(ctx: JobContext) -> str:
+    """The stages torchtitan's split is asked to cut, and from what: the value its rule quotes."""
+    _, _, stages = _pipeline_stages(ctx)
+    return f"{stages} stages of flavor {ctx.job.model.flavor}'s {ctx.model_args.n_layers} layers"
+
+
 def _module_split(ctx: JobContext) -> str | None:
     if ctx.pp == 1 or not _stages_named_by_hand(ctx):
         return None
@@ -674,6 +703,13 @@ RULES: tuple[Rule, ...] = (
         "parallelism.pipeline_parallel_layers_per_stage",
         "unset, or giving a multiple of pp stages: 1 per rank single-stage, ≥ 2 multi-stage, 2 for ZBV/DualPipeV",
         _pipeline_stages_fit_schedule(by_hand=False),
+    ),
+    Rule(
+        "parallelism",
+        "stages torchtitan's split can cut from the layers, the embedding and the head weighing "
+        "pipeline_parallel_first/last_stage_less_layers (PP > 1, module_fqns_per_model_part unset)",
+        _torchtitan_cuts_the_stages,
+        shown=_stage_cut,
     ),
     Rule(
         "training.local_batch_size",
