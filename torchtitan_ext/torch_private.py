@@ -397,13 +397,14 @@ def keep_ranks_compiled_graphs_apart() -> None:
     """From now on, this process compiles its graphs itself rather than load another rank's from
     AOTAutograd's on-disk cache (inductor's own cache, keyed on the traced graph, still serves).
 
-    A block's collectives name this rank's process groups (tensor-parallel group "11" on ranks 0-1,
-    "12" on ranks 2-3 of tp 2 × FSDP 2), but AOTAutograd's cache key sees the device mesh, which is the
-    same on every rank: a rank loads the graph another rank compiled and stops with "Could not resolve
-    the process group registered under the name 11" (seen on torch 2.13 with gloo at 4 ranks, FSDP2 or
-    SimpleFSDP under inductor: from the second rank to compile on, and on every rank of a second start).
-    Ranks whose devices differ (cuda:0, cuda:1) get different keys; ranks of different groups on the
-    same device index sharing a cache (one on a shared file system) would not. The price is
+    A block's collectives, and the loss's under loss-parallel TP, name this rank's process groups
+    (tensor-parallel group "11" on ranks 0-1, "12" on ranks 2-3 of tp 2 × FSDP 2), but AOTAutograd's
+    cache key sees the device mesh, which is the same on every rank: a rank loads the graph another rank
+    compiled and stops with "Could not resolve the process group registered under the name 11" (seen on
+    torch 2.13 with gloo at 4 ranks, FSDP2 or SimpleFSDP under inductor, or the loss compiled alone: from
+    the second rank to compile on, and on every rank of a second start). Ranks whose devices differ
+    (cuda:0, cuda:1) get different keys; ranks of different groups on the same device index sharing a
+    cache (one on a shared file system) would not. The price is
     AOTAutograd's tracing at each start."""
     import torch._functorch.config as functorch_config
 

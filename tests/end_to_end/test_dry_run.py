@@ -157,3 +157,24 @@ def test_a_context_parallel_dry_run_logs_a_real_runs_loss(tmp_path):
     # one share's mean gradient, a smaller batch's: a larger norm than the window's (1.51 against 1.25), not
     # a smaller one (halved: 0.76)
     assert norms[1] <= norms[0] < 1.5 * norms[1], norms
+
+
+def test_ranks_compiling_only_the_loss_compile_their_own_graphs(tmp_path):
+    """Only the loss compiled (``compile.components = ["loss"]``) under tp 2 × FSDP 2: rank 0 and then rank 2
+    (another TP group) dry-run on one inductor cache. Under loss-parallel TP the loss's graph names this
+    rank's TP group; were AOTAutograd's cache on, rank 2 would load rank 0's graph, keyed alike, and stop
+    with "Could not resolve the process group registered under the name 11"
+    (``torch_private.keep_ranks_compiled_graphs_apart``, applied whenever anything is compiled)."""
+    env = dict(os.environ, DRY_RUN="1", NGPU="4", PYTHON=sys.executable, BOOST_CACHE=str(tmp_path / "cache"))
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor-cache")
+    args = ["--training.steps", "2", "--metrics.log_freq", "1", "--checkpoint.no-enable", "--validation.no-enable",
+            "--training.local_batch_size", "2", "--training.seq_len", "64", "--parallelism.tensor_parallel_degree",
+            "2", "--compile.enable", "--compile.components", "loss"]  # fmt: skip
+    for rank in ("0", "2"):
+        proc = subprocess.run(
+            ["./run_train.sh", "--job.dump_folder", str(tmp_path / f"out{rank}"), *args],
+            cwd=ROOT, env=dict(env, DRY_RUN_RANK=rank), capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        out = re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout + proc.stderr)
+        assert proc.returncode == 0, (rank, out[-3000:])
+        assert len(re.findall(r"(?<!validate )step:\s+\d+\s+loss:", out)) == 2, (rank, out[-3000:])

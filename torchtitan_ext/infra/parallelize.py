@@ -85,8 +85,9 @@ def parallelize_boost(model: nn.Module, parallel_dims: ParallelDims, job_config)
             "selective, for torch.compile" if compile_model else "record and replay",
         )
 
-    if compile_model and parallel_dims.world_size > 1:
-        keep_ranks_compiled_graphs_apart()  # the ranks' graphs name different process groups
+    if job_config.compile.enable and parallel_dims.world_size > 1:
+        # the ranks' graphs name different process groups: the loss's too (loss-parallel TP), compiled alone
+        keep_ranks_compiled_graphs_apart()
     if compile_model and cfg.cudagraphs:
         apply_compile_with_cudagraphs(model, job_config.compile)
         logger.info("Compiling each TransformerBlock with torch.compile and inductor's CUDA graphs")
