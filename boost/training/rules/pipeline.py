@@ -31,8 +31,8 @@ def module_split_problem(parts: list[list[str]], n_layers: int) -> str | None:
 
     Example::
 
-        >>> module_split_problem([["tok_embeddings", "layers.0"], ["layers.2", "norm", "output"]], 3)[:31]
-        'leaves out layers.1, which no st'
+        >>> module_split_problem([["tok_embeddings", "layers.0"], ["layers.2", "norm", "output"]], 3)[:19]
+        'leaves out layers.1'
     """
     expected = model_part_names(n_layers)
     layers = f"layers.0 … layers.{n_layers - 1}" if n_layers > 2 else ", ".join(expected[1:-2])
