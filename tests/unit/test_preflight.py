@@ -32,7 +32,7 @@ CASES = [
     (["--boost.fsdp", "hooks"], 1, "boost.fsdp = 'hooks': choose one of"),
     (
         ["--boost.fsdp", "simple_fsdp", "--compile.no-enable"],
-        1,
+        2,
         "boost.fsdp = 'simple_fsdp': SimpleFSDP gathers each weight where it is read",
     ),
     (
@@ -43,7 +43,7 @@ CASES = [
             "--parallelism.fsdp_reshard_after_forward",
             "never",
         ],
-        1,
+        2,
         "parallelism.fsdp_reshard_after_forward = 'never' is FSDP2's",
     ),
     (
@@ -91,7 +91,7 @@ CASES = [
     ),
     (
         ["--boost.fsdp", "simple_fsdp", "--compile.enable", "--parallelism.pipeline_parallel_degree", "2"],
-        2,
+        4,
         "boost.fsdp = 'simple_fsdp': SimpleFSDP is not built for parallelism.pipeline_parallel_degree > 1 here",
     ),
     (
@@ -110,7 +110,7 @@ CASES = [
     ),
     (
         ["--boost.fsdp", "simple_fsdp", "--compile.enable", "--training.enable_cpu_offload"],
-        1,
+        2,
         "boost.fsdp = 'simple_fsdp': SimpleFSDP is not built for training.enable_cpu_offload here",
     ),
     (
@@ -123,7 +123,7 @@ CASES = [
             "--boost.linear",
             "svd",
         ],
-        1,
+        2,
         "boost.fsdp = 'simple_fsdp': SimpleFSDP is not built for optimizer.name = \"LORO\" here",
     ),
     (
@@ -706,6 +706,21 @@ def test_toml_syntax_error_names_the_line(tmp_path):
 def test_missing_config_file():
     with pytest.raises(ConfigError, match="job.config_file = '/nope.toml': no such file"):
         check_job(["--job.config_file", "/nope.toml"], 1)
+
+
+def test_simple_fsdps_needs_hold_only_where_fsdp_wraps():
+    """SimpleFSDP's needs (a compiled model, its reshard policy) are refused where FSDP wraps the model and
+    not on one process in float32, where parallelize_boost applies no FSDP (both read
+    ``rules.fsdp_wraps``): there the job trains as with FSDP2."""
+    simple = ["--job.config_file", CONFIG, "--boost.fsdp", "simple_fsdp", "--compile.no-enable"]
+    for policy in ("default", "never"):
+        job = check_job([*simple, "--parallelism.fsdp_reshard_after_forward", policy], 1)
+        assert job.boost.fsdp == "simple_fsdp"
+        with pytest.raises(ConfigError, match="boost.fsdp = 'simple_fsdp': SimpleFSDP gathers each weight"):
+            check_job([*simple, "--parallelism.fsdp_reshard_after_forward", policy], 2)
+    tp_bf16 = ["--parallelism.tensor_parallel_degree", "2", "--training.mixed_precision_param", "bfloat16"]
+    with pytest.raises(ConfigError, match="SimpleFSDP gathers each weight"):  # FSDP wraps at degree 1
+        check_job([*simple, *tp_bf16, "--parallelism.data_parallel_shard_degree", "1"], 2)
 
 
 def test_local_norm_warns_that_it_is_not_the_dense_model():

@@ -518,19 +518,6 @@ RULES: tuple[Rule, ...] = (
         lambda c: rules.comm_count_problem(c.boost.attn_type, c.boost.log_comm),
     ),
     Rule(
-        "boost.fsdp",
-        "simple_fsdp: compiled model, no PP, HSDP, CPU offload or LORO, reshard policy default",
-        lambda c: rules.simple_fsdp_problem(
-            c.boost.fsdp,
-            compiled=c.compiled_model,
-            pp=c.pp,
-            dp_replicate=c.job.parallelism.data_parallel_replicate_degree,
-            cpu_offload=c.job.training.enable_cpu_offload,
-            reshard_policy=c.job.parallelism.fsdp_reshard_after_forward,
-            optimizer=c.job.optimizer.name,
-        ),
-    ),
-    Rule(
         "activation_checkpoint.mode",
         '"none"; BOOST\'s one switch is boost.activation_checkpoint',
         _one_activation_checkpoint_switch,
@@ -743,7 +730,21 @@ RULES: tuple[Rule, ...] = (
         "-1, or a multiple of local_batch_size × data-parallel degree",
         _global_batch_divides,
     ),
-    # after the degrees and the batch it reads are checked
+    # after the degrees and the batch they read are checked
+    Rule(
+        "boost.fsdp",
+        "simple_fsdp where FSDP wraps: compiled model, no PP, HSDP, CPU offload or LORO, reshard policy default",
+        lambda c: rules.simple_fsdp_problem(
+            c.boost.fsdp,
+            fsdp_wraps=c.fsdp_wraps,
+            compiled=c.compiled_model,
+            pp=c.pp,
+            dp_replicate=c.job.parallelism.data_parallel_replicate_degree,
+            cpu_offload=c.job.training.enable_cpu_offload,
+            reshard_policy=c.job.parallelism.fsdp_reshard_after_forward,
+            optimizer=c.job.optimizer.name,
+        ),
+    ),
     Rule(
         "boost.cudagraphs",
         "compiled (inductor), SimpleFSDP where FSDP wraps, one micro-batch, no PP, HSDP, CPU offload or LORO",

@@ -37,6 +37,7 @@ FSDP_IMPLS = ("fully_shard", "simple_fsdp")
 def simple_fsdp_problem(
     fsdp: str,
     *,
+    fsdp_wraps: bool,
     compiled: bool,
     pp: int,
     dp_replicate: int,
@@ -44,15 +45,16 @@ def simple_fsdp_problem(
     reshard_policy: str,
     optimizer: str,
 ) -> str | None:
-    """What ``boost.fsdp = "simple_fsdp"`` needs that the job lacks, or ``None`` (also for ``fully_shard``).
+    """What ``boost.fsdp = "simple_fsdp"`` needs that the job lacks, or ``None`` (also for ``fully_shard``, and
+    where FSDP does not wrap the model, ``fsdp_wraps``: nothing is SimpleFSDP's there, one process say).
 
     Example::
 
-        >>> simple_fsdp_problem("simple_fsdp", compiled=False, pp=1, dp_replicate=1, cpu_offload=False,
-        ...                     reshard_policy="default", optimizer="AdamW")[:48]
+        >>> simple_fsdp_problem("simple_fsdp", fsdp_wraps=True, compiled=False, pp=1, dp_replicate=1,
+        ...                     cpu_offload=False, reshard_policy="default", optimizer="AdamW")[:48]
         'SimpleFSDP gathers each weight where it is read:'
     """
-    if fsdp != "simple_fsdp":
+    if fsdp != "simple_fsdp" or not fsdp_wraps:
         return None
     if not compiled:
         return (
