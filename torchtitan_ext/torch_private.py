@@ -1,4 +1,4 @@
-"""Every private torch name BOOST uses, in one place, with why no public way exists and where it moved
+"""Every private torch name ``torchtitan_ext`` uses, with why no public way exists and where it moved
 within the supported range (``pyproject.toml``: torch 2.11 to 2.14).
 
 torch rewrote ``torch.distributed.pipelining``'s stage between 2.11 and 2.13; BOOST's stages
@@ -51,6 +51,12 @@ cache of compiled graphs across processes, turned off for multi-rank runs (why: 
 ``torch.optim.Adam._init_group`` (``step_on_local_shards``): the step's lists of parameters, gradients and
 moments, handed to the update as the DTensors' local shards; the same signature on every torch of the range.
 
+Named elsewhere in ``torchtitan_ext``, and checked with these: ``torch._utils._get_available_device_type`` and
+``_get_device_module`` (``cpu.py``: torchtitan's device on a machine with no accelerator),
+``torch._dynamo.callback.callback_handler`` (``startup_clock.py``: compile time, no public hook), and
+``torch.distributed._functional_collectives.all_reduce`` (``train.py``, ``validator.py``). The library's own
+(``boost/`` imports torch alone) are listed in ``boost.runtime.torch_names``.
+
 A torch newer than the range runs where these names are there (``missing_private_api``, by feature:
 the newest stage API's names, not 2.11's); ``start.py`` refuses one that lacks any, naming them. Not
 found that way: ``PipelineStage._user_meta`` (an attribute each stage sets itself) and inductor's
@@ -100,9 +106,46 @@ EXACT_SPLIT_BACKWARD: bool = STAGE_META
 PipelineSchedule = _PipelineSchedule  # the base of every schedule class (a type hint)
 
 
+# The private torch names ``torchtitan_ext`` uses, by the module each is read from (``module.attribute``
+# after ``import module``), which ``missing_private_api`` looks up with the library's.
+EXTENSION_PRIVATE_TORCH: dict[str, tuple[str, ...]] = {
+    "torch.distributed.pipelining._utils": ("_StageMeta", "extract_tensor_metas"),
+    "torch.distributed.pipelining.stage": (  # what StaticShapeStage and DryRunStage override
+        "PipelineStage._prepare_forward_infra",
+        "PipelineStage._prepare_backward_infra",
+        "PipelineStage._warmup_backward_result",
+        "PipelineStage.forward_maybe_with_nosync",
+    ),
+    # this module's, and the trainer's and validator's agreement on a stop (train.py, validator.py)
+    "torch.distributed._functional_collectives": ("_resolve_group_name", "wait_tensor", "all_reduce"),
+    "torch.distributed.distributed_c10d": ("_resolve_process_group",),
+    "torch._inductor.config": (
+        "bucket_all_gathers_fx",
+        "bucket_reduce_scatters_fx",
+        "triton.cudagraph_or_error",
+    ),
+    "torch._functorch.config": ("enable_autograd_cache",),
+    "torch.optim.adam": ("Adam._init_group",),  # what step_on_local_shards overrides
+    "torch.distributed.tensor.experimental._attention": (  # context parallelism
+        "_templated_ring_attention",
+        "_cp_options",
+        "_ContextParallel",
+        "set_rotate_method",
+        "_HeadTailLoadBalancer",
+    ),
+    "torch.distributed.tensor.experimental._context_parallel._attention": (
+        "_templated_ring_attention_backward",
+    ),
+    "torch.distributed.tensor": ("DTensor._op_dispatcher._custom_op_handlers",),
+    "torch._utils": ("_get_available_device_type", "_get_device_module"),  # cpu.py: torchtitan on a CPU
+    "torch._dynamo.callback": ("callback_handler",),  # startup_clock.py: compile time
+}
+
+
 def missing_private_api() -> list[str]:
-    """The private torch names this module and the stages overriding torch's methods use that this torch
-    lacks, each as ``module.name``: none on every torch of the range from 2.13 (2.11 lacks the 2.13 stage
+    """The private torch names BOOST uses that this torch lacks, each as ``module.name``: this module's, the
+    stages' overriding torch's methods, the rest of ``torchtitan_ext``'s, and the library's
+    (``boost.runtime.torch_names``). None on every torch of the range from 2.13 (2.11 lacks the 2.13 stage
     API, ``_StageMeta`` and its kin, bridged otherwise there). Found by feature: what a torch newer than
     the range must have for BOOST to run it."""
     import importlib
@@ -110,38 +153,15 @@ def missing_private_api() -> list[str]:
 
     from torch.distributed.pipelining import PipelineStage
 
-    wanted = {
-        "torch.distributed.pipelining._utils": ("_StageMeta", "extract_tensor_metas"),
-        "torch.distributed.pipelining.stage": (  # what StaticShapeStage and DryRunStage override
-            "PipelineStage._prepare_forward_infra",
-            "PipelineStage._prepare_backward_infra",
-            "PipelineStage._warmup_backward_result",
-            "PipelineStage.forward_maybe_with_nosync",
-        ),
-        "torch.distributed._functional_collectives": ("_resolve_group_name",),
-        "torch.distributed.distributed_c10d": ("_resolve_process_group",),
-        "torch._inductor.config": (
-            "bucket_all_gathers_fx",
-            "bucket_reduce_scatters_fx",
-            "triton.cudagraph_or_error",
-        ),
-        "torch._functorch.config": ("enable_autograd_cache",),
-        "torch.optim.adam": ("Adam._init_group",),  # what step_on_local_shards overrides
-        "torch.distributed.tensor.experimental._attention": (  # context parallelism
-            "_templated_ring_attention",
-            "_cp_options",
-            "_ContextParallel",
-            "set_rotate_method",
-            "_HeadTailLoadBalancer",
-        ),
-        "torch.distributed.tensor.experimental._context_parallel._attention": (
-            "_templated_ring_attention_backward",
-        ),
-        "torch.distributed.tensor": ("DTensor._op_dispatcher._custom_op_handlers",),
-    }
+    from boost.runtime.torch_names import LIBRARY_PRIVATE_TORCH
+
     missing = []
-    for module_name, names in wanted.items():
-        module = importlib.import_module(module_name)
+    for module_name, names in [*EXTENSION_PRIVATE_TORCH.items(), *LIBRARY_PRIVATE_TORCH.items()]:
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:  # a module a newer torch moved: every name read from it is missing
+            missing += [f"{module_name}.{name}" for name in names]
+            continue
         for name in names:
             found = module
             for part in name.split("."):
@@ -150,7 +170,7 @@ def missing_private_api() -> list[str]:
                 missing.append(f"{module_name}.{name}")
     stage_keywords = inspect.signature(PipelineStage.__init__).parameters
     missing += [f"PipelineStage({k}=...)" for k in ("input_grads", "output_grads") if k not in stage_keywords]
-    return missing
+    return list(dict.fromkeys(missing))  # a name both tables hold, once
 
 
 def static_stage_arguments(

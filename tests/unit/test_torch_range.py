@@ -112,3 +112,83 @@ def test_the_private_torch_names_bridged_are_found_by_feature(monkeypatch):
         f"torch names BOOST bridges (torchtitan_ext/torch_private.py): {', '.join(missing)}; install a torch "
         f"in that range, e.g. pip install 'torch{supported}'"
     )
+
+
+def test_a_private_torch_name_the_library_or_the_glue_reads_is_checked(monkeypatch):
+    """Names read outside torch_private.py are looked up too: the library's (``boost.runtime.torch_names``:
+    ``boost/`` cannot import torchtitan_ext) and the rest of torchtitan_ext's; a torch without one is told
+    which, once."""
+    import torch._dynamo.callback as callback
+    import torch._utils
+    import torch.distributed.tensor._utils as dtensor_utils
+
+    monkeypatch.delattr(dtensor_utils, "compute_local_shape_and_global_offset")  # boost's seeded init
+    monkeypatch.delattr(callback, "callback_handler")  # torchtitan_ext/startup_clock.py
+    monkeypatch.delattr(torch._utils, "_get_available_device_type")  # torchtitan_ext/cpu.py
+    import torch.distributed.distributed_c10d as c10d
+
+    monkeypatch.delattr(c10d, "_resolve_process_group")  # in both tables: named once
+    missing = missing_private_api()
+    assert {
+        "torch.distributed.tensor._utils.compute_local_shape_and_global_offset",
+        "torch._dynamo.callback.callback_handler",
+        "torch._utils._get_available_device_type",
+    } <= set(missing), missing
+    assert missing.count("torch.distributed.distributed_c10d._resolve_process_group") == 1, missing
+
+
+def _private(dotted: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in dotted.split("."))
+
+
+def _private_torch_names_read(path: Path) -> set[str]:
+    """Every private torch name a file reads, as ``module.attribute``: imported from a private module or by
+    a private name, or reached by attributes from ``torch`` or from a private module's alias."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    found, aliases = set(), {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "torch":
+            found |= {f"{node.module}.{a.name}" for a in node.names if _private(f"{node.module}.{a.name}")}
+        elif isinstance(node, ast.Import):
+            aliases |= {a.asname: a.name for a in node.names if a.asname and a.name.startswith("torch.")}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Del):
+            parts, base = [], node
+            while isinstance(base, ast.Attribute):
+                parts.insert(0, base.attr)
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in ("torch", *aliases):
+                dotted = ".".join([aliases.get(base.id, base.id), *parts])
+                if _private(dotted):
+                    found.add(dotted)
+    return found
+
+
+def test_every_private_torch_name_boost_reads_is_checked():
+    """Each private torch name read in ``boost/`` and ``torchtitan_ext/`` (torch_private.py apart: the
+    methods its stages override are its own table's) is in a table ``missing_private_api`` looks up: the
+    name itself, or what it is read from (``torch.ops.aten._local_scalar_dense`` for its ``.default``)."""
+    from boost.runtime.torch_names import LIBRARY_PRIVATE_TORCH
+    from torchtitan_ext.torch_private import EXTENSION_PRIVATE_TORCH
+
+    checked = {
+        f"{module}.{name}"
+        for table in (EXTENSION_PRIVATE_TORCH, LIBRARY_PRIVATE_TORCH)
+        for module, names in table.items()
+        for name in names
+    }
+    root = Path(__file__).resolve().parents[2]
+    unchecked = {}
+    for folder in ("boost", "torchtitan_ext"):
+        for path in sorted((root / folder).rglob("*.py")):
+            if path.name == "torch_private.py":
+                continue
+            for dotted in _private_torch_names_read(path):
+                parts = dotted.split(".")
+                prefixes = {".".join(parts[:i]) for i in range(2, len(parts) + 1)}
+                # a private module reached on the way (torch._utils, before ._get_device_module) is read from
+                if not prefixes & checked and not any(c.startswith(dotted + ".") for c in checked):
+                    unchecked.setdefault(dotted, str(path.relative_to(root)))
+    assert not unchecked, unchecked
