@@ -43,3 +43,35 @@ def test_validation_runs_on_uneven_shares_of_a_text_corpus(steps, tmp_path):
     )  # fmt: skip
     validated = [float(v) for v in re.findall(r"validate step:\s+2\s+\S*loss:\s+([\d.]+)", log)]
     assert len(validated) == 1 and math.isfinite(validated[0]) and validated[0] > 0, log[-3000:]
+
+
+@pytest.mark.slow
+def test_whole_set_validation_reads_whole_batches_under_every_layout(tmp_path):
+    """The whole held-out set (``validation.steps = -1``) of a text corpus whose windows do not fill the last
+    batch: the pipeline schedule splits every batch into ``validation.local_batch_size``'s fixed
+    micro-batches, so a partial last one stopped pp 2 (its eval asserts the count). The loader reads whole
+    batches under every layout: pp 2 validates, saying how many windows it left out, and scores what one
+    process scores (the same windows; the schedule sums the micro-batches' losses: close, not exact)."""
+    corpus = tmp_path / "held_out.jsonl"
+    with corpus.open("w") as f:  # 9 windows of 33 tokens or so: 2 whole batches of 4, one left out
+        f.write(json.dumps({"text": " ".join(WORDS[i % len(WORDS)] for i in range(300))}) + "\n")
+    validation = ("--validation.dataset", "local", "--validation.dataset_path", str(corpus),
+                  "--validation.local_batch_size", "4", "--validation.seq_len", "32", "--validation.steps", "-1",
+                  "--validation.freq", "2", "--checkpoint.no-enable")  # fmt: skip
+    pipeline = ("--parallelism.pipeline_parallel_degree", "2", "--parallelism.pipeline_parallel_microbatch_size",
+                "2", "--training.local_batch_size", "4")  # fmt: skip
+    logs = {
+        "one process": train(
+            tmp_path, *validation, "--training.local_batch_size", "4", steps=2, folder="one"
+        ),
+        "pp 2": train(tmp_path, *validation, *pipeline, ngpu=2, steps=2, log_rank=1, folder="pp"),
+    }
+    scores = {}
+    for layout, log in logs.items():
+        left_out = re.findall(
+            r"Validation left out the last (\d+) of this rank's (\d+) held-out windows", log
+        )
+        assert left_out and int(left_out[0][0]) == int(left_out[0][1]) % 4 > 0, (layout, log[-3000:])
+        scores[layout] = [float(v) for v in re.findall(r"validate step:\s+2\s+\S*loss:\s+([\d.]+)", log)]
+        assert len(scores[layout]) == 1, (layout, log[-3000:])
+    assert math.isclose(scores["pp 2"][0], scores["one process"][0], rel_tol=1e-4), scores

@@ -316,6 +316,37 @@ def test_local_dataset_reads_txt_jsonl_and_parquet(local_folder, tokenizer, cach
     assert rows == [stream[i * (seq_len + 1) : (i + 1) * (seq_len + 1)] for i in range(n_windows)]
 
 
+def test_whole_set_validation_reads_whole_batches(local_folder, tokenizer, cache_dir):
+    """The held-out text loader of the whole set (``validation.steps = -1``) reads whole batches only, the
+    stream's windows in order (the last partial batch left out, as the ``tokens`` loader leaves it), and
+    refuses a share without one whole batch, naming the fields, before any step."""
+    folder, docs = local_folder
+    seq_len = 8
+    windows = len(token_stream(tokenizer, docs)) // (seq_len + 1)
+    batch = next(b for b in range(2, windows) if windows % b)  # a batch size that leaves a partial batch
+    config = job_config(
+        cache_dir,
+        "--validation.dataset", "local",
+        "--validation.dataset_path", str(folder),
+        "--validation.local_batch_size", str(batch),
+        "--validation.seq_len", str(seq_len),
+    )  # fmt: skip
+    loader = build_boost_validation_dataloader(1, 0, tokenizer, config, infinite=False)
+    sizes = [labels.shape[0] for _, labels in loader]
+    assert sizes == [batch] * (windows // batch), (sizes, windows, batch)
+    too_big = job_config(
+        cache_dir,
+        "--validation.dataset", "local",
+        "--validation.dataset_path", str(folder),
+        "--validation.local_batch_size", str(windows + 1),
+        "--validation.seq_len", str(seq_len),
+    )  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=rf"share holds fewer than validation.local_batch_size = {windows + 1}"
+    ):
+        build_boost_validation_dataloader(1, 0, tokenizer, too_big, infinite=False)
+
+
 def test_local_dataset_errors_name_the_setting(tmp_path, tokenizer, cache_dir):
     with pytest.raises(ValueError, match=r"training\.dataset_path, which is not set"):
         build_boost_dataloader(1, 0, tokenizer, job_config(cache_dir, "--training.dataset", "local"))

@@ -26,7 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
+from itertools import islice
+from typing import Any
 
+import torch
 from datasets import Dataset
 from torchtitan.components.dataloader import ParallelAwareDataloader
 from torchtitan.components.tokenizer import BaseTokenizer
@@ -123,16 +126,34 @@ def _refusing_empty_shards(source: str, dp_rank: int) -> Iterator[None]:
 
 
 class HeldOutTextDataset(HuggingFaceTextDataset):
-    """torchtitan's packed text dataset, started afresh on every pass.
+    """torchtitan's packed text dataset, started afresh on every pass, read in whole batches.
 
     torchtitan's dataset keeps its position between iterations, so each validation would score the
     next ``validation.steps`` batches and the validation curve would mix model progress with
     changing data. Every pass here reads the same held-out windows from the start.
+
+    Its loader drops a pass's last partial batch (``drop_last``), as the ``tokens`` loader does, under
+    every layout: a pipeline schedule splits each batch into the fixed micro-batches of
+    ``validation.local_batch_size``, which a shorter one cannot fill. A pass that ends with windows left
+    over says how many it left out (``batch_size``: the loader's, ``validation.local_batch_size``).
     """
 
-    def __iter__(self):
+    def __init__(self, *args: Any, batch_size: int, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.batch_size = batch_size
+
+    def __iter__(self) -> Iterator[tuple[dict[str, torch.Tensor], torch.Tensor]]:
         self._sample_idx, self._token_buffer = 0, []
-        return super().__iter__()
+        windows = 0
+        for window in super().__iter__():
+            windows += 1
+            yield window
+        left_out = windows % self.batch_size
+        if left_out:
+            logger.info(
+                f"Validation left out the last {left_out} of this rank's {windows} held-out windows, fewer "
+                f"than a batch (validation.local_batch_size = {self.batch_size}): batches are read whole"
+            )
 
 
 def build_boost_validation_dataloader(
@@ -152,15 +173,22 @@ def build_boost_validation_dataloader(
     register_datasets()
     if cfg.dataset.lower() == "local":
         local_text_files(cfg.dataset_path, "validation.dataset_path")
-    with _refusing_empty_shards(cfg.dataset_path or cfg.dataset, dp_rank):
+    source = cfg.dataset_path or cfg.dataset
+    with _refusing_empty_shards(source, dp_rank):
         dataset = HeldOutTextDataset(
             dataset_name=cfg.dataset, dataset_path=cfg.dataset_path, tokenizer=tokenizer, seq_len=cfg.seq_len,
-            dp_rank=dp_rank, dp_world_size=dp_world_size, infinite=infinite,
+            dp_rank=dp_rank, dp_world_size=dp_world_size, infinite=infinite, batch_size=cfg.local_batch_size,
         )  # fmt: skip
         _refuse_empty_shard(dataset)
+    if not infinite and sum(1 for _ in islice(iter(dataset), cfg.local_batch_size)) < cfg.local_batch_size:
+        # the whole set (validation.steps = -1), read once: without one whole batch the pass scores nothing
+        raise ConfigError(
+            f"{source}: data-parallel rank {dp_rank}'s share holds fewer than validation.local_batch_size = "
+            f"{cfg.local_batch_size} windows of validation.seq_len + 1 tokens; lower either, or add documents"
+        )
     return ParallelAwareDataloader(
         dataset, dp_rank=dp_rank, dp_world_size=dp_world_size,
-        **{**asdict(cfg.dataloader), "batch_size": cfg.local_batch_size},
+        **{**asdict(cfg.dataloader), "batch_size": cfg.local_batch_size, "drop_last": True},
     )  # fmt: skip
 
 

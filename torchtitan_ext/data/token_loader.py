@@ -112,9 +112,11 @@ def build_token_validation_dataloader(
     batches = TokenBatches(
         order, dp_rank, dp_world_size, cfg.local_batch_size, infinite=False, name="tokens validation"
     )
+    left_out = order.unrepeated_length() % batches.global_micro_batch
     logger.info(
         f"tokens: validation reads {_describe(sources, order)}: {batches.micro_batches_per_pass()} "
         f"batches per rank per pass"
+        + (f", the last {left_out} windows left out (batches are read whole)" if left_out else "")
     )
     return ParallelAwareDataloader(
         batches,
