@@ -233,7 +233,8 @@ def test_the_preflight_refuses_what_a_token_folder_cannot_serve(
 
 def save_position(loader, dump_folder: Path, step: int) -> Path:
     path = dump_folder / "checkpoint" / f"step-{step}"
-    dcp.save({"dataloader": loader}, checkpoint_id=str(path))
+    # with the training state beside it: the guard takes a folder without it for a model-only save
+    dcp.save({"dataloader": loader, "train_state": {"step": step}}, checkpoint_id=str(path))
     return path
 
 
