@@ -231,6 +231,33 @@ CASES = [
         "parallelism.module_fqns_per_model_part = [['tok_embeddings', 'layers.0'], ['layers.1', 'layers.2'], "
         "['layers.3', 'norm', 'output']]: gives 3 stages, which 2 pipeline ranks cannot split evenly",
     ),
+    # stages named where nothing reads them, or beside a setting torchtitan then drops
+    (
+        [
+            "--parallelism.module_fqns_per_model_part",
+            "tok_embeddings,layers.0,layers.1",
+            "layers.2,layers.3,norm,output",
+        ],
+        2,
+        "parallelism.module_fqns_per_model_part = [['tok_embeddings', 'layers.0', 'layers.1'], ['layers.2', "
+        "'layers.3', 'norm', 'output']]: names pipeline stages, which only pipeline parallelism reads: set "
+        "parallelism.pipeline_parallel_degree > 1, or unset it",
+    ),
+    (
+        [
+            *(
+                "--parallelism.pipeline_parallel_degree",
+                "2",
+                "--parallelism.pipeline_parallel_layers_per_stage",
+                "2",
+            ),
+            *("--parallelism.module_fqns_per_model_part", "tok_embeddings,layers.0,layers.1"),
+            "layers.2,layers.3,norm,output",
+        ],
+        2,
+        "names the stages, so torchtitan ignores parallelism.pipeline_parallel_layers_per_stage = 2: unset one of "
+        "the two",
+    ),
     # stage counts torchtitan's split (generate_llm_fqn_per_model_part) cannot cut: refused before start
     (
         [

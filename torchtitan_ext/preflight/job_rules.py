@@ -320,6 +320,25 @@ def _stage_cut(ctx: JobContext) -> str:
     return f"{stages} stages of flavor {ctx.job.model.flavor}'s {ctx.model_args.n_layers} layers"
 
 
+def _stages_named_but_unread(ctx: JobContext) -> str | None:
+    """Stages named where nothing reads them, or beside a setting torchtitan then ignores: either way one of
+    the two settings would be silently dropped."""
+    par = ctx.job.parallelism
+    if not _stages_named_by_hand(ctx):
+        return None
+    if ctx.pp == 1:
+        return (
+            "names pipeline stages, which only pipeline parallelism reads: set "
+            "parallelism.pipeline_parallel_degree > 1, or unset it"
+        )
+    if par.pipeline_parallel_layers_per_stage is not None:
+        return (
+            "names the stages, so torchtitan ignores parallelism.pipeline_parallel_layers_per_stage = "
+            f"{par.pipeline_parallel_layers_per_stage}: unset one of the two"
+        )
+    return None
+
+
 def _module_split(ctx: JobContext) -> str | None:
     if ctx.pp == 1 or not _stages_named_by_hand(ctx):
         return None
@@ -674,6 +693,11 @@ RULES: tuple[Rule, ...] = (
             if (c.job.parallelism.pipeline_parallel_layers_per_stage or 1) >= 1
             else "must be at least 1 (or be left unset: torchtitan's default stage count)"
         ),
+    ),
+    Rule(
+        "parallelism.module_fqns_per_model_part",
+        "unset, or set under PP > 1 with pipeline_parallel_layers_per_stage unset (each would be ignored)",
+        _stages_named_but_unread,
     ),
     Rule(
         "parallelism.module_fqns_per_model_part",
