@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
 import torchtitan.train as titan_train
+from torch.distributed.tensor import DTensor
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.distributed import utils as dist_utils
 from torchtitan.tools.logging import logger
@@ -191,6 +192,10 @@ class BoostTrainer(Trainer):
             # over ranks and the tokens seen are then taken over the batch mesh only (torchtitan takes
             # both over dp × cp: the max a cp-th of the loss, the tokens cp times the data).
             loss = loss.detach()
+            if isinstance(
+                loss, DTensor
+            ):  # loss-parallel TP's replicated loss: functional collectives take tensors
+                loss = loss.full_tensor()
             cp_mesh = parallel_dims.get_optional_mesh("cp")
             window_loss = funcol.all_reduce(loss, "sum", cp_mesh) if cp_mesh is not None else loss
             batch_mesh = parallel_dims.get_optional_mesh("batch")

@@ -23,6 +23,7 @@ import time
 import torch
 import torch.distributed._functional_collectives as funcol
 from torch import nn
+from torch.distributed.tensor import DTensor
 from torchtitan.components.loss import IGNORE_INDEX
 from torchtitan.components.validate import Validator
 from torchtitan.distributed import utils as dist_utils
@@ -104,7 +105,10 @@ class BoostValidator(Validator):
                     with self.maybe_enable_amp:
                         predictions = model_parts[0](inputs, **extra_inputs, **extra_kwargs)
                         loss_sum = self.loss_fn(predictions, labels)
-            loss_total += loss_sum.detach().sum()
+            loss_sum = loss_sum.detach()
+            if isinstance(loss_sum, DTensor):  # loss-parallel TP's replicated loss, added into a plain tensor
+                loss_sum = loss_sum.full_tensor()
+            loss_total += loss_sum.sum()
             tokens_total += global_valid_tokens
             num_steps += 1
 

@@ -1,5 +1,6 @@
-"""The validation loss is one mean over every held-out token, whatever ``validation.local_batch_size``: a
-partial last batch (a text corpus keeps it with ``validation.steps = -1``) weighs its tokens, not a batch's."""
+"""The validation loss is one mean over the held-out tokens a pass reads, whatever ``validation.local_batch_size``
+groups them into: the whole set (``validation.steps = -1``) is read in whole batches, a last partial one left
+out and said (a pipeline schedule cannot split it), and the batches' sums are divided once by their tokens."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ def _held_out(path: Path) -> Path:
     return path
 
 
-def _validation_loss(tmp_path: Path, corpus: Path, batch: int) -> float:
+def _validation(tmp_path: Path, corpus: Path, batch: int) -> tuple[float, str]:
     log = train(
         tmp_path,
         "--checkpoint.no-enable",
@@ -32,14 +33,17 @@ def _validation_loss(tmp_path: Path, corpus: Path, batch: int) -> float:
         folder=f"batch{batch}",
     )  # fmt: skip
     (loss,) = re.findall(r"validate step:\s+1\s+\S*loss:\s+([\d.]+)", log)
-    return float(loss)
+    return float(loss), log
 
 
 @pytest.mark.slow
-def test_validation_loss_is_the_token_mean_whatever_the_batch_size(tmp_path):
+def test_validation_loss_is_the_token_mean_of_the_whole_batches_read(tmp_path):
     corpus = _held_out(tmp_path / "held_out.txt")
-    # one batch holding every window: its loss is the token mean itself (one forward, one division)
-    whole = _validation_loss(tmp_path, corpus, 7)
-    for batch in (1, 2, 5):  # 2 and 5 leave a partial last batch
-        # the same model at step 1 (same seed, same data), sums regrouped: equal to the printed 4 decimals
-        assert _validation_loss(tmp_path, corpus, batch) == pytest.approx(whole, abs=1.5e-4), batch
+    # the same model at step 1 (same seed, same data) scores the same windows: equal to the printed 4 decimals
+    every, _ = _validation(tmp_path, corpus, 7)  # one batch of the 7 windows
+    assert _validation(tmp_path, corpus, 1)[0] == pytest.approx(every, abs=1.5e-4)  # 7 batches of 1
+    six, _ = _validation(tmp_path, corpus, 6)  # one batch of 6, the 7th left out
+    three, log = _validation(tmp_path, corpus, 3)  # 2 batches of 3, the 7th left out (it was a batch of 1)
+    assert three == pytest.approx(six, abs=1.5e-4)
+    assert "Validation left out the last 1 of this rank's 7 held-out windows" in log
+    assert abs(six - every) > 1e-3  # the 7th window is not read: the two are other sets of windows

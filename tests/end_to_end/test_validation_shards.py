@@ -65,6 +65,20 @@ def test_whole_set_validation_reads_whole_batches_under_every_layout(tmp_path):
             tmp_path, *validation, "--training.local_batch_size", "4", steps=2, folder="one"
         ),
         "pp 2": train(tmp_path, *validation, *pipeline, ngpu=2, steps=2, log_rank=1, folder="pp"),
+        # loss-parallel TP: each batch's loss a replicated DTensor, summed into the pass's total
+        "tp 2": train(
+            tmp_path,
+            *validation,
+            "--training.local_batch_size",
+            "4",
+            "--parallelism.tensor_parallel_degree",
+            "2",
+            "--parallelism.data_parallel_shard_degree",
+            "1",
+            ngpu=2,
+            steps=2,
+            folder="tp",
+        ),  # fmt: skip
     }
     scores = {}
     for layout, log in logs.items():
@@ -74,4 +88,5 @@ def test_whole_set_validation_reads_whole_batches_under_every_layout(tmp_path):
         assert left_out and int(left_out[0][0]) == int(left_out[0][1]) % 4 > 0, (layout, log[-3000:])
         scores[layout] = [float(v) for v in re.findall(r"validate step:\s+2\s+\S*loss:\s+([\d.]+)", log)]
         assert len(scores[layout]) == 1, (layout, log[-3000:])
-    assert math.isclose(scores["pp 2"][0], scores["one process"][0], rel_tol=1e-4), scores
+    for layout in ("pp 2", "tp 2"):
+        assert math.isclose(scores[layout][0], scores["one process"][0], rel_tol=1e-4), scores
