@@ -124,3 +124,30 @@ def test_an_up_projection_that_cannot_run_on_its_shard_is_refused(tp2):
         ),
     ):
         parallelize_module(block, tp2, BoostParallelStyle())
+
+
+class Prenormed(nn.Module):
+    """``up(σ(down(norm(x))))`` with whatever ``norm`` a refusal needs."""
+
+    def __init__(self, norm: nn.Module):
+        super().__init__()
+        self.norm, self.down, self.act, self.up = norm, nn.Linear(8, 4), nn.SiLU(), nn.Linear(4, 8)
+
+
+@pytest.mark.parametrize(
+    "norm,problem",
+    [
+        # its mean and bias would be dropped without a word: the style runs RMSNorm's maths
+        (
+            nn.LayerNorm(8),
+            "LayerNorm is not an RMSNorm (nn.RMSNorm or boost's): the style runs RMSNorm's maths",
+        ),
+        (
+            nn.RMSNorm(8, elementwise_affine=False),
+            "an RMSNorm without a 1-D weight (elementwise_affine=False",
+        ),
+    ],
+)
+def test_a_norm_the_style_cannot_run_is_refused(tp2, norm, problem):
+    with pytest.raises(ValueError, match=re.escape(f"BoostParallelStyle: norm 'norm': {problem}")):
+        parallelize_module(Prenormed(norm), tp2, BoostParallelStyle(norm="norm"))

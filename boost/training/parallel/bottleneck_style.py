@@ -46,7 +46,13 @@ from boost.training.parallel.collectives import (
     row_parallel_down,
     summed_on_backward,
 )
-from boost.training.parallel.norms import OnlineRMSNormDown, SyncRMSNorm, shard_rms_norm
+from boost.training.parallel.norms import (
+    OnlineRMSNormDown,
+    SyncRMSNorm,
+    norm_eps,
+    shard_rms_norm,
+    sharded_norm_problem,
+)
 from boost.training.parallel.styles import (
     as_dtensor,
     check_norm_mode,
@@ -145,6 +151,9 @@ class BoostParallelStyle(ParallelStyle):
                 )
         norm = module.get_submodule(self.norm) if self.norm else None
         if norm is not None:
+            problem = sharded_norm_problem(norm)
+            if problem is not None:
+                raise ValueError(f"BoostParallelStyle: norm {self.norm!r}: {problem}")
             warn_if_shard_local(self.norm_mode, t)
             require_divisible("norm weight size", norm.weight.shape[0], t)
         sp = self.sequence_parallel and t > 1  # one rank has no tokens to split
@@ -317,15 +326,21 @@ def _down_forward(down: nn.Linear, x: DTensor) -> torch.Tensor:
         )
     if norm is not None and mode == "online":
         y = OnlineRMSNormDown.apply(
-            xl, norm.weight.to_local(), down.weight.to_local(), norm.eps, norm.weight.shape[0], group, rows
+            xl,
+            norm.weight.to_local(),
+            down.weight.to_local(),
+            norm_eps(norm, xl.dtype),
+            norm.weight.shape[0],
+            group,
+            rows,
         )
     else:
         if norm is not None:
             gamma = norm.weight.to_local()
             if mode == "sync":
-                xl = SyncRMSNorm.apply(xl, gamma, norm.eps, norm.weight.shape[0], group)
+                xl = SyncRMSNorm.apply(xl, gamma, norm_eps(norm, xl.dtype), norm.weight.shape[0], group)
             else:
-                xl = shard_rms_norm(xl, gamma, norm.eps)
+                xl = shard_rms_norm(xl, gamma, norm_eps(norm, xl.dtype))
         # A's partial product and the forward all-reduce, r wide, pinned (DTensor would otherwise
         # pick its own strategy), as one Function: low-rank AC's recompute then skips the GEMM.
         y = row_parallel_down(xl, down.weight.to_local(), group, rows)

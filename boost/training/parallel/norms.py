@@ -14,7 +14,7 @@ DTensor is rejected by DTensor):
           (the GEMM in the activation dtype on the well-scaled input; the statistic accumulated in
           fp32, sent as the mean square M in the activation dtype beside H: one dtype per collective,
           as NCCL requires; M keeps the latent's precision, and Y = H/√M takes half M's relative
-          error; a mean, not a sum, stays in fp16's range)
+          error; fp16 sends fp32, as its range holds M only up to an RMS of 256)
     bwd   no collective: dY is already full (B's input-grad all-reduce made it so), and
           Σ_R dY·Y, the only reduction the chain rule needs, is over the replicated r-dim.
 
@@ -31,7 +31,9 @@ NOT the dense model.
 from __future__ import annotations
 
 import torch
+from torch import nn
 
+from boost.training.model.linears import RMSNorm
 from boost.training.parallel.collectives import (
     TPGroup,
     all_gather_rows,
@@ -45,6 +47,30 @@ from boost.training.parallel.latent_replay import replayed_or_recorded
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
     # The sum of squares stays in fp32 (or wider) whatever the activation dtype.
     return torch.promote_types(dtype, torch.float32)
+
+
+def _wire_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype ``[H | M]`` travels in: the activation dtype, except fp16, whose range (65504) would hold the
+    mean square only up to an RMS of 256 (the whole row then normalised to zeros); fp16 sends fp32."""
+    return torch.float32 if dtype == torch.float16 else dtype
+
+
+def sharded_norm_problem(norm: nn.Module) -> str | None:
+    """Why ``norm`` cannot run as a norm over a sharded dim, or ``None``. The styles run RMSNorm's maths (no
+    mean, no bias) on the module's ``weight``, sharded with the dim: any other norm would silently compute
+    something else, and a norm without a weight leaves nothing to shard."""
+    if not isinstance(norm, (nn.RMSNorm, RMSNorm)):
+        return (
+            f"{type(norm).__name__} is not an RMSNorm (nn.RMSNorm or boost's): the style runs RMSNorm's maths"
+        )
+    if getattr(norm, "weight", None) is None or norm.weight.dim() != 1:
+        return "an RMSNorm without a 1-D weight (elementwise_affine=False, or over several dims): give it one"
+    return None
+
+
+def norm_eps(norm: nn.Module, dtype: torch.dtype) -> float:
+    """The module's ε, or, where it is ``None`` (``nn.RMSNorm``'s default), ``F.rms_norm``'s: the dtype's eps."""
+    return torch.finfo(dtype).eps if norm.eps is None else norm.eps
 
 
 def _as(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -64,13 +90,17 @@ class OnlineRMSNormDown(torch.autograd.Function):
             s = _as(x, acc).pow(2).sum(-1, keepdim=True)  # (..., 1)
             # The GEMM runs in the activation dtype on a well-scaled input (the shard's own RMS
             # taken out, put back in fp32 after): bf16 tensor-core speed without an fp32 GEMM.
-            scale = torch.sqrt(s / x.shape[-1] + eps)  # (..., 1), > 0
+            scale = torch.sqrt(s / x.shape[-1] + eps)  # (..., 1)
+            # it cancels exactly, so any positive value serves: 1 where this shard of the row is all zeros and
+            # ε is 0 (0/0 would make the whole row NaN, though the row itself is not zero)
+            scale = torch.where(scale > 0, scale, torch.ones_like(scale))
             xs = _as(_as(x, acc) * _as(gamma, acc) / scale, x.dtype)
             h = _as(torch.matmul(xs, weight.t()), acc) * scale  # (..., R) partial sum
             reduce = reduce_scatter_rows if rows else all_reduce_sum
             # each part cast before the cat (the same values): an fp32 [h | M] would be written whole and
             # read back to cast it, two passes of the widest tensor a block sends (inductor fuses neither)
-            return reduce(torch.cat([_as(h, x.dtype), _as(s / dim, x.dtype)], dim=-1), group)
+            wire = _wire_dtype(x.dtype)
+            return reduce(torch.cat([_as(h, wire), _as(s / dim, wire)], dim=-1), group)
 
         # low-rank AC's recompute: the kept result, no GEMM, no collective
         hm = replayed_or_recorded(partial_sums_reduced)
@@ -88,10 +118,9 @@ class OnlineRMSNormDown(torch.autograd.Function):
         # dL/dS through inv_rms = (S/d + ε)^-1/2; S = Σ_ranks s_i, so ds_i = dS on every rank.
         ds = -0.5 * (dy.to(acc) * y.to(acc)).sum(-1, keepdim=True) * inv_rms.pow(2) / ctx.dim
         if ctx.rows:  # dy covers this rank's rows: every token's dH and dS gathered, in the GEMMs' dtype
-            both = all_gather_rows(
-                torch.cat([_as(dh, x.dtype), _as(ds * ctx.dim, x.dtype)], dim=-1), ctx.group
-            )
-            dh_act, ds = both[..., :-1], _as(both[..., -1:], acc) / ctx.dim
+            wire = _wire_dtype(x.dtype)
+            both = all_gather_rows(torch.cat([_as(dh, wire), _as(ds * ctx.dim, wire)], dim=-1), ctx.group)
+            dh_act, ds = _as(both[..., :-1], x.dtype), _as(both[..., -1:], acc) / ctx.dim
         else:
             dh_act = dh.to(x.dtype)  # both GEMMs in the activation dtype, as in the forward
         g = torch.matmul(dh_act, weight).to(acc)  # (..., d/t) = dL/d(γ·x)

@@ -27,7 +27,7 @@ from torch.distributed.tensor import (
 from torch.distributed.tensor.parallel import ParallelStyle
 
 from boost.training.parallel.collectives import group_name
-from boost.training.parallel.norms import SyncRMSNorm, shard_rms_norm
+from boost.training.parallel.norms import SyncRMSNorm, norm_eps, shard_rms_norm, sharded_norm_problem
 from boost.training.rules import NORM_MODES, SHARD_LOCAL_NORM_WARNING, norm_is_shard_local, tp_shape_problem
 
 
@@ -132,6 +132,9 @@ class ShardedRMSNormParallel(ParallelStyle):
         self.norm = "sync" if norm == "online" else norm
 
     def _apply(self, module: nn.Module, device_mesh: DeviceMesh) -> nn.Module:
+        problem = sharded_norm_problem(module)
+        if problem is not None:
+            raise ValueError(f"ShardedRMSNormParallel: {problem}")
         warn_if_shard_local(self.norm, device_mesh.size())
         require_divisible("norm weight size", module.weight.shape[0], device_mesh.size())
         shard_parameter(module, "weight", device_mesh, Shard(0))
@@ -149,8 +152,8 @@ def _sharded_norm_forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """A standalone norm over the sharded dim, on the local ``[.., d/t]`` shard, before and after."""
     gamma = self.weight.to_local()
     if self._btp_mode == "sync":
-        return SyncRMSNorm.apply(x, gamma, self.eps, self._btp_dim, self._btp_group)
-    return shard_rms_norm(x, gamma, self.eps)
+        return SyncRMSNorm.apply(x, gamma, norm_eps(self, x.dtype), self._btp_dim, self._btp_group)
+    return shard_rms_norm(x, gamma, norm_eps(self, x.dtype))
 
 
 _SWAPPED: dict[tuple[type, object], type] = {}
