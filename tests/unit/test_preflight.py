@@ -689,7 +689,9 @@ def test_command_line_reading_equals_torchtitans():
         "None",
         "--",
     ]
-    for overrides in (every, forms):
+    # a list of lists reads on after a value attached with "=" (a later repeat would hide it in `forms`)
+    attached = ["--parallelism.module_fqns_per_model_part=a,b", "c", "d,e", "--training.steps", "3"]
+    for overrides in (every, forms, attached):
         argv = [*base, *overrides]
         toml_values = load_toml(CONFIG)
         ours = _as_dict(job_values(config_cls, _merged(toml_values, parse_overrides(argv, config_cls))))

@@ -9,6 +9,7 @@ is handed argv only once every override reads. The grammar is tyro's, as torchti
     --section.flag          --section.no-flag         a bool is a flag, and takes no value
     --model.converters a,b                            a list[str] is one comma-separated value
     --parallelism.module_fqns_per_model_part a,b c    a list[list[str]] takes any number of them
+    --parallelism.module_fqns_per_model_part=a,b c    (the first may be attached; the rest still follow)
     None                                              the value None, where the field may be None
 
 A repeated option keeps its last value. A token that starts with "-" and a letter is an option, never
@@ -178,8 +179,8 @@ def parse_overrides(argv: list[str], config_cls: type) -> dict[str, Any]:
                 )
             value = option.flag
         elif _takes_many(option.hint):
-            raws = [attached] if has_value else []
-            while not has_value and i < len(argv) and not _is_option(argv[i], known):
+            raws = [attached] if has_value else []  # tyro reads on after an attached value too
+            while i < len(argv) and not _is_option(argv[i], known):
                 raws.append(argv[i])
                 i += 1
             value = _many(raws, option.hint)
