@@ -657,17 +657,16 @@ def test_command_line_reading_equals_torchtitans():
 
     from torchtitan.config import ConfigManager
 
-    from torchtitan_ext.preflight.command_line import options, parse_overrides
-    from torchtitan_ext.preflight.read import job_values
-    from torchtitan_ext.preflight.read import merged as _merged
+    from torchtitan_ext.preflight.command_line import options
+    from torchtitan_ext.preflight.read import read_job
     from torchtitan_ext.torchtitan_private import merged_job_config_class
 
     base = ["--job.config_file", CONFIG]
     config_cls = merged_job_config_class(base, load_toml(CONFIG))
-    # torchtitan's _validate_config rewrites these two (deprecated aliases), and the module must import.
-    rewritten = {"--job.custom_config_module", "--experimental.custom_args_module", "--model.tokenizer_path"}
+    # the base's TOML and module stand: a second config file is refused, and the module must import
+    kept = {"--job.config_file", "--job.custom_config_module"}
     fields = {o.path: o for o in options(config_cls).values() if o.flag is not False}.values()
-    every = [arg for option in fields if option.name not in rewritten for arg in _override_for(option)]
+    every = [arg for option in fields if option.name not in kept for arg in _override_for(option)]
     forms = [
         "--training.local-batch-size",
         "4",
@@ -689,14 +688,34 @@ def test_command_line_reading_equals_torchtitans():
         "None",
         "--",
     ]
+    # torchtitan's _validate_config copies these deprecated aliases over their successors after its parse
+    aliases = ["--model.tokenizer_path", "/nonexistent", "--experimental.custom_args_module=some.module"]
     # a list of lists reads on after a value attached with "=" (a later repeat would hide it in `forms`)
     attached = ["--parallelism.module_fqns_per_model_part=a,b", "c", "d,e", "--training.steps", "3"]
-    for overrides in (every, forms, attached):
+    for overrides in (every, forms, attached, aliases):
         argv = [*base, *overrides]
-        toml_values = load_toml(CONFIG)
-        ours = _as_dict(job_values(config_cls, _merged(toml_values, parse_overrides(argv, config_cls))))
+        ours = _as_dict(read_job(argv).values)
         theirs = asdict(ConfigManager().parse_args(argv))
         assert ours == theirs, [k for k in theirs if ours[k] != theirs[k]]
+
+
+def test_preflight_checks_the_tokenizer_torchtitan_copies_from_the_deprecated_field(tmp_path):
+    """``model.tokenizer_path`` is what the trainer loads (torchtitan copies it over ``model.hf_assets_path``):
+    the launcher's check refuses a missing one before any process starts."""
+    from torchtitan_ext.preflight import preflight
+
+    argv = [
+        "--job.config_file",
+        CONFIG,
+        "--job.dump_folder",
+        str(tmp_path),
+        "--model.tokenizer_path",
+        "/nonexistent",
+    ]
+    with pytest.raises(
+        ConfigError, match=r"^model\.hf_assets_path = '/nonexistent': holds no tokenizer\.json"
+    ):
+        preflight(argv, 1)
 
 
 @pytest.mark.parametrize(

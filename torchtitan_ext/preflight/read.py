@@ -147,7 +147,7 @@ def read_job(argv: list[str]) -> ReadJob:
         check_table(toml_values, config_cls, source=config_file)
     help_asked = any(arg in HELP_FLAGS for arg in argv)
     overrides = {} if help_asked else parse_overrides(argv, config_cls)
-    values = job_values(config_cls, merged(toml_values, overrides))
+    values = with_torchtitan_aliases(job_values(config_cls, merged(toml_values, overrides)))
     return ReadJob(config_file, toml_values, overrides, values, help_asked)
 
 
@@ -174,6 +174,18 @@ def job_values(config_cls: type, values: dict) -> SimpleNamespace:
         )
 
     return section(config_cls, config_cls(), values)
+
+
+def with_torchtitan_aliases(values: SimpleNamespace) -> SimpleNamespace:
+    """``values`` with the deprecated fields torchtitan's ``ConfigManager._validate_config`` copies over their
+    successors once it has parsed: ``experimental.custom_args_module`` over ``job.custom_config_module``,
+    ``model.tokenizer_path`` over ``model.hf_assets_path``. The rules and the input checks then read what the
+    trainer will use."""
+    if values.experimental.custom_args_module:
+        values.job.custom_config_module = values.experimental.custom_args_module
+    if values.model.tokenizer_path:
+        values.model.hf_assets_path = values.model.tokenizer_path
+    return values
 
 
 def as_dict(values: SimpleNamespace) -> dict:
