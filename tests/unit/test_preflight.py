@@ -1023,3 +1023,23 @@ def test_a_split_backward_schedule_is_refused_where_torch_computes_it_wrong():
     else:
         with pytest.raises(ConfigError, match=r"parallelism.pipeline_parallel_schedule .*before 2.13"):
             check_job(argv, 4)
+
+
+def test_the_launcher_refuses_a_split_backward_schedule_where_torch_computes_it_wrong(tmp_path, monkeypatch):
+    """The launcher's check (``preflight``) asks this torch what the ranks would, before any process starts:
+    torch 2.11's split backward (``EXACT_SPLIT_BACKWARD`` False there) refuses a zero-bubble schedule."""
+    from torchtitan_ext import torch_private
+    from torchtitan_ext.preflight import preflight
+
+    argv = [
+        *("--job.config_file", CONFIG, "--job.dump_folder", str(tmp_path)),
+        *("--parallelism.pipeline_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "1"),
+        *("--parallelism.pipeline_parallel_schedule", "InterleavedZeroBubble"),
+    ]
+    if torch_private.EXACT_SPLIT_BACKWARD:
+        preflight(argv, 2)
+    monkeypatch.setattr(torch_private, "EXACT_SPLIT_BACKWARD", False)  # torch 2.11's stage API
+    with pytest.raises(
+        ConfigError, match=r"^parallelism.pipeline_parallel_schedule = 'InterleavedZeroBubble'"
+    ):
+        preflight(argv, 2)

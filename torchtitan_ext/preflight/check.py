@@ -137,7 +137,7 @@ def preflight(argv: list[str], world_size: int | None = None) -> SimpleNamespace
         from torchtitan_ext.guards.checkpoint_guard import check_resume  # the checkpoint reader needs torch
 
         check_resume(job.values)
-        check_attention_kernel(job.values)
+        check_this_machine(job.values)
         _warn(job.values, world_size)
     return job.values
 
@@ -240,9 +240,15 @@ def check_config(job, world_size: int) -> None:
 def _check_built_job(job, world_size: int) -> None:
     """What a job whose values passed the rules still needs: its input files, and the warnings."""
     check_input_files(job, world_size)
+    check_this_machine(job)
+    _warn(job, world_size)
+
+
+def check_this_machine(job) -> None:
+    """What runs only on this machine's torch and device, asked here: the launcher's and every rank's
+    (on one node, the same)."""
     check_attention_kernel(job)
     check_pipeline_runtime(job)
-    _warn(job, world_size)
 
 
 def check_attention_kernel(job) -> None:
