@@ -754,6 +754,10 @@ def test_toml_syntax_error_names_the_line(tmp_path):
 def test_missing_config_file():
     with pytest.raises(ConfigError, match="job.config_file = '/nope.toml': no such file"):
         check_job(["--job.config_file", "/nope.toml"], 1)
+    # an empty attached path is no path: the next argument is not read as one
+    for argv in (["--job.config_file=", CONFIG], ["--job.config-file", ""], ["--job.config_file"]):
+        with pytest.raises(ConfigError, match="^job.config_file = .*: the flag needs a path"):
+            check_job(argv, 1)
 
 
 def test_simple_fsdps_needs_hold_only_where_fsdp_wraps():

@@ -62,15 +62,17 @@ def config_file_argument(argv: list[str]) -> str | None:
     one); a second, different one is refused, since torchtitan would silently train the first."""
     found = []
     for i, arg in enumerate(argv):
-        key, _, value = arg.partition("=")
+        key, attached, value = arg.partition("=")
         if key in CONFIG_FILE_FLAGS:
-            if not value and i + 1 >= len(argv):
+            # "--job.config_file=" is an empty path (torchtitan opens ""), not the next argument's
+            path = value if attached else argv[i + 1] if i + 1 < len(argv) else None
+            if not path:
                 refuse(
                     "job.config_file",
-                    None,
+                    path,
                     "the flag needs a path: --job.config_file train_configs/debug.toml",
                 )
-            found.append(value or argv[i + 1])
+            found.append(path)
     for other in found[1:]:
         if os.path.realpath(other) != os.path.realpath(found[0]):
             refuse(
