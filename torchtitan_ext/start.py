@@ -41,6 +41,7 @@ def main(argv: list[str]) -> int:
         PREFLIGHT_MARK_ENV,
         dry_run_mode,
         dry_run_rank,
+        log_ranks,
         preflight,
         preflight_mark,
         process_count,
@@ -65,6 +66,7 @@ def main(argv: list[str]) -> int:
         values = preflight(argv, ngpu)
         dry_run_mode(values.comm.mode, dry_run)
         dry_run_rank(os.environ.get("DRY_RUN_RANK"), ngpu, dry_run)
+        log_rank = log_ranks(os.environ.get("LOG_RANK"), ngpu)
     except ConfigError as e:
         print(f"BOOST config error: {e}", file=sys.stderr)
         return 2
@@ -82,7 +84,7 @@ def main(argv: list[str]) -> int:
 
     os.environ.setdefault("PYTORCH_ALLOC_CONF", ALLOC_CONF)
     # the ranks read it too: torchtitan warns where it leaves out the rank holding the loss
-    os.environ["LOG_RANK"] = console_ranks(values, ngpu, os.environ.get("LOG_RANK"))
+    os.environ["LOG_RANK"] = console_ranks(values, ngpu, log_rank)
     log_dir = os.environ.get("LOG_DIR")
     return launch(
         [

@@ -1047,3 +1047,28 @@ def test_the_launcher_refuses_a_split_backward_schedule_where_torch_computes_it_
         ConfigError, match=r"^parallelism.pipeline_parallel_schedule = 'InterleavedZeroBubble'"
     ):
         preflight(argv, 2)
+
+
+@pytest.mark.slow
+def test_run_train_refuses_log_ranks_that_are_not_its_ranks(tmp_path):
+    """``LOG_RANK`` is checked as ``DRY_RUN_RANK`` is, before any process starts: torchrun stops on a
+    non-integer with a traceback, and a rank beyond NGPU would leave the console silent."""
+    from torchtitan_ext.preflight.check import log_ranks
+
+    assert log_ranks("0, 1", 2) == "0,1" and log_ranks("", 2) is None and log_ranks(None, 2) is None
+    env = dict(os.environ, PYTHON=sys.executable, NGPU="1")
+    for raw, shown in (("x", "'x'"), ("5", "'5'"), ("0,-1", "'0,-1'")):
+        proc = subprocess.run(
+            ["./run_train.sh", "--job.dump_folder", str(tmp_path)],
+            cwd=ROOT,
+            env=dict(env, LOG_RANK=raw),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2, proc.stderr[-2000:]
+        assert proc.stderr.strip().splitlines() == [
+            f"BOOST config error: LOG_RANK = {shown}: must be ranks of this node's NGPU = 1 processes: "
+            "comma-separated integers from 0 to 0"
+        ]
+    assert not any(tmp_path.iterdir())

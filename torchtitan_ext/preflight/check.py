@@ -51,6 +51,7 @@ __all__ = [
     "dry_run_mode",
     "dry_run_rank",
     "load_toml",
+    "log_ranks",
     "main",
     "preflight",
     "preflight_mark",
@@ -94,6 +95,24 @@ def dry_run_rank(raw: str | None, ngpu: int, dry_run: bool) -> int:
     if not 0 <= rank < ngpu:
         refuse("DRY_RUN_RANK", rank, fix)
     return rank
+
+
+def log_ranks(raw: str | None, ngpu: int) -> str | None:
+    """The ranks ``LOG_RANK`` shows on the console, as torchrun's ``--local-ranks-filter`` takes them
+    (``"0,2"``; unset or empty: ``None``), refused unless each is one of this node's ``ngpu`` ranks: torchrun
+    stops with a traceback on anything but integers, and shows nothing for a rank that does not exist."""
+    if raw is None or raw.strip() == "":
+        return None
+    fix = (
+        f"must be ranks of this node's NGPU = {ngpu} processes: comma-separated integers from 0 to {ngpu - 1}"
+    )
+    try:
+        ranks = [int(part) for part in raw.split(",")]
+    except ValueError:
+        refuse("LOG_RANK", raw, fix)
+    if not all(0 <= rank < ngpu for rank in ranks):
+        refuse("LOG_RANK", raw, fix)
+    return ",".join(map(str, ranks))
 
 
 def dry_run_mode(comm_mode: str, dry_run: bool) -> None:
