@@ -10,6 +10,7 @@
 # LOG_RANK=0,1 chooses the ranks on the console (unset: rank 0, and under PP the rank holding the loss);
 # LOG_DIR=path keeps every rank's output in files;
 # TRAIN_FILE names the module each rank runs (torchtitan_ext.train).
+# PYTHON=path runs that interpreter; unset, the checkout's .venv where no virtual environment is active.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -25,8 +26,7 @@ done
 if [[ -n "${CONFIG_FILE:-}" || "$config_in_args" == "0" ]]; then
   CONFIG_ARGS=(--job.config_file "${CONFIG_FILE:-./train_configs/debug.toml}")
 fi
-PYTHON=${PYTHON:-python}
-if [[ -z "${VIRTUAL_ENV:-}" && -x .venv/bin/python ]]; then PYTHON=.venv/bin/python; fi
+source scripts/python_choice.sh
 
 # torchtitan's dry-run convention: the fake backend takes its world size from NGPU. The flag goes
 # before "$@", where tyro wants fixed options.

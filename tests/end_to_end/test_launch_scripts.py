@@ -1,0 +1,45 @@
+"""The launch scripts' own choices, before any process starts: the interpreter they run
+(``scripts/python_choice.sh``) and the preflight before torchrun."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.trainer import ROOT
+
+# training.steps = 0 is refused by the preflight: the launcher ran, and started no process
+REFUSED = ["--training.steps", "0"]
+REFUSAL = "BOOST config error: training.steps = 0: must be at least 1"
+
+
+def _marking_python(tmp_path: Path) -> Path:
+    """A Python that says it ran, then is the real one."""
+    wrapper = tmp_path / "marking_python"
+    wrapper.write_text(f'#!/bin/sh\necho "MARKING PYTHON RAN" >&2\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+@pytest.mark.slow
+def test_run_train_runs_the_python_it_is_given(tmp_path):
+    """``PYTHON`` is run as given, also where no virtual environment is active and the checkout has a
+    .venv (which is the choice only where ``PYTHON`` is unset)."""
+    assert (ROOT / ".venv" / "bin" / "python").exists(), "the case needs the checkout's .venv"
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONFIG_FILE")}
+    env |= {"NGPU": "1", "PYTHON": str(_marking_python(tmp_path))}
+    proc = subprocess.run(
+        ["./run_train.sh", "--job.dump_folder", str(tmp_path / "out"), *REFUSED],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["MARKING PYTHON RAN", REFUSAL], (
+        proc.stderr
+    )
