@@ -518,6 +518,77 @@ CASES = [
         "'false' follows --boost.group_linears, a flag that takes no value: write --boost.group_linears or "
         "--boost.no-group-linears",
     ),
+    # what torchtitan would stop on in each rank with a traceback, or drop silently
+    (
+        ["--model.converters", "quantize.linear.float8"],
+        1,
+        "model.converters = ['quantize.linear.float8']: BOOST's model takes none of torchtitan's model converters",
+    ),
+    (
+        ["--compile.enable", "--compile.backend", "foo"],
+        1,
+        "compile.backend = 'foo': not a torch.compile backend this torch knows: use inductor (the default), "
+        "aot_eager or eager",
+    ),
+    (
+        ["--debug.seed", "18446744073709551616"],
+        1,
+        "debug.seed = 18446744073709551616: torch seeds its generators with a 64-bit integer",
+    ),
+    (
+        ["--comm.init_timeout_seconds", "100000000000000"],
+        1,
+        "comm.init_timeout_seconds = 100000000000000: must lie in [1, 604800] seconds (a week)",
+    ),
+    (
+        ["--comm.train_timeout_seconds", "0"],
+        1,
+        "comm.train_timeout_seconds = 0: must lie in [1, 604800] seconds",
+    ),
+    (
+        ["--fault_tolerance.enable"],
+        1,
+        "fault_tolerance.enable = True: torchtitan 0.2.2's trainer builds no fault-tolerance manager (TorchFT)",
+    ),
+    (
+        ["--memory_estimation.enable"],
+        1,
+        "memory_estimation.enable = True: torchtitan 0.2.2's trainer runs no memory estimation",
+    ),
+    (
+        ["--parallelism.enable_async_tensor_parallel"],
+        1,
+        "parallelism.enable_async_tensor_parallel = True: BOOST's parallelization applies no async TP",
+    ),
+    (["--metrics.enable_wandb"], 1, "metrics.enable_wandb = True: wandb is not installed"),
+    (
+        ["--optimizer.early_step_in_backward", "--parallelism.pipeline_parallel_degree", "2"],
+        2,
+        "optimizer.early_step_in_backward = True: torchtitan steps no optimizer in backward under pipeline parallelism",
+    ),
+    (
+        ["--optimizer.early_step_in_backward"],
+        1,
+        "optimizer.early_step_in_backward = True: each parameter steps before any gradient norm is taken, so "
+        "training.max_norm = 1.0 would clip nothing",
+    ),
+    (
+        ["--checkpoint.last_save_in_hf"],
+        1,
+        "checkpoint.last_save_in_hf = True: BOOST gives torchtitan's checkpointer no Hugging Face state-dict adapter",
+    ),
+    (
+        ["--training.enable_cpu_offload"],
+        1,
+        "training.enable_cpu_offload = True: FSDP's CPU offload keeps weights on the CPU for an accelerator, and "
+        "this machine has none",
+    ),
+    (
+        ["--checkpoint.async_mode", "async_with_pinned_mem"],
+        1,
+        "checkpoint.async_mode = 'async_with_pinned_mem': pinned-memory staging copies from an accelerator, and "
+        "this machine has none",
+    ),
 ]
 
 # TOML edits of debug.toml ((old text, new text), ...) and the message: types are checked before torchtitan parses.

@@ -268,6 +268,29 @@ def check_this_machine(job) -> None:
     (on one node, the same)."""
     check_attention_kernel(job)
     check_pipeline_runtime(job)
+    check_accelerator_needs(job)
+
+
+def check_accelerator_needs(job) -> None:
+    """What moves memory between an accelerator and the CPU, refused on a machine without one (where torchtitan
+    stops in each rank with a traceback)."""
+    from torchtitan_ext.cpu import on_cpu  # torch's device probe
+
+    if not on_cpu():
+        return
+    if job.training.enable_cpu_offload:
+        refuse(
+            "training.enable_cpu_offload",
+            True,
+            "FSDP's CPU offload keeps weights on the CPU for an accelerator, and this machine has none "
+            "(torchtitan's process group would pair cpu:gloo with itself): set it false",
+        )
+    if job.checkpoint.enable and job.checkpoint.async_mode == "async_with_pinned_mem":
+        refuse(
+            "checkpoint.async_mode",
+            job.checkpoint.async_mode,
+            'pinned-memory staging copies from an accelerator, and this machine has none: use "async" or "disabled"',
+        )
 
 
 def check_attention_kernel(job) -> None:

@@ -507,12 +507,123 @@ def _profiling_applies(ctx: JobContext) -> bool:
     return ctx.job.profiling.enable_profiling
 
 
+def _known_compile_backend(ctx: JobContext) -> str | None:
+    compile_cfg = ctx.job.compile
+    if not compile_cfg.enable or not compile_cfg.components:
+        return None
+    import torch._dynamo  # torch only where something compiles
+
+    if compile_cfg.backend in torch._dynamo.list_backends(exclude_tags=()):  # the debug ones (eager) too
+        return None
+    return "not a torch.compile backend this torch knows: use inductor (the default), aot_eager or eager"
+
+
+def _early_step_problem(ctx: JobContext) -> str | None:
+    """An optimizer stepped in backward (torchtitan's ``OptimizersInBackwardContainer``) steps each parameter as
+    its gradient lands: no pipeline schedule runs it, and no norm of the whole gradient exists to clip."""
+    if not ctx.job.optimizer.early_step_in_backward or _loro(ctx):  # LORO's own row names it
+        return None
+    if ctx.pp > 1:
+        return "torchtitan steps no optimizer in backward under pipeline parallelism: set it false"
+    max_norm = ctx.job.training.max_norm
+    if math.isfinite(max_norm):
+        return (
+            f"each parameter steps before any gradient norm is taken, so training.max_norm = {max_norm} would "
+            "clip nothing (the logged grad_norm is 0): set it false, or training.max_norm = inf to train unclipped"
+        )
+    return None
+
+
+def _is_set(field: str, message: str) -> Check:
+    """A switch the trainer never reads: refused when on, rather than dropped."""
+    return lambda ctx: message if ctx.value(field) else None
+
+
+def _wandb_importable(ctx: JobContext) -> str | None:
+    import importlib.util
+
+    if not ctx.job.metrics.enable_wandb or importlib.util.find_spec("wandb") is not None:
+        return None
+    return "wandb is not installed, and torchtitan's logger imports it on every rank: install it, or set it false"
+
+
+# the longest a rank waits for a collective (seconds): a week. A collective waiting longer has hung, and
+# datetime.timedelta (which torch's process group takes) overflows not far above.
+MAX_COMM_TIMEOUT_S = 7 * 24 * 3600
+# torch.manual_seed takes a 64-bit integer
+SEED_RANGE = (-(2**63), 2**63 - 1)
+
+
+def _comm_timeout(field: str) -> Rule:
+    return Rule(
+        field,
+        f"in [1, {MAX_COMM_TIMEOUT_S}] (a week)",
+        lambda c: (
+            None
+            if 1 <= c.value(field) <= MAX_COMM_TIMEOUT_S
+            else f"must lie in [1, {MAX_COMM_TIMEOUT_S}] seconds (a week): a collective waiting longer has hung"
+        ),
+    )
+
+
 # ----------------------------------------------------------------------------- the table
 
 RULES: tuple[Rule, ...] = (
     # The job
     one_of("model.name", (rules.MODEL_NAME,), "this launcher trains BOOST's model"),
     one_of("model.flavor", tuple(FLAVORS)),
+    Rule(
+        "model.converters",
+        "empty (BOOST's model takes none of torchtitan's converters)",
+        lambda c: (
+            None
+            if not c.job.model.converters
+            else "BOOST's model takes none of torchtitan's model converters (quantize.linear.float8, "
+            "quantize.linear.mx), which its trainer does not register: leave it empty"
+        ),
+    ),
+    Rule(
+        "compile.backend",
+        "a backend torch._dynamo.list_backends() knows, debug ones included (compile.enable)",
+        _known_compile_backend,
+    ),
+    Rule(
+        "debug.seed",
+        "unset, or a 64-bit integer",
+        lambda c: (
+            None
+            if c.job.debug.seed is None or SEED_RANGE[0] <= c.job.debug.seed <= SEED_RANGE[1]
+            else "torch seeds its generators with a 64-bit integer: choose one in [-2**63, 2**63 - 1], or unset it"
+        ),
+    ),
+    Rule(
+        "fault_tolerance.enable",
+        "false (torchtitan 0.2.2's trainer builds no TorchFT manager)",
+        _is_set(
+            "fault_tolerance.enable",
+            "torchtitan 0.2.2's trainer builds no fault-tolerance manager (TorchFT): nothing would recover a "
+            "replica; set it false",
+        ),
+    ),
+    Rule(
+        "memory_estimation.enable",
+        "false (torchtitan 0.2.2's trainer runs no memory estimation)",
+        _is_set(
+            "memory_estimation.enable",
+            "torchtitan 0.2.2's trainer runs no memory estimation (only its forge experiment reads it): set it "
+            "false",
+        ),
+    ),
+    Rule(
+        "parallelism.enable_async_tensor_parallel",
+        "false (BOOST's parallelization applies no async TP)",
+        _is_set(
+            "parallelism.enable_async_tensor_parallel",
+            "BOOST's parallelization applies no async TP (torchtitan's llama parallelize reads it, BOOST's "
+            "model does not use that): set it false",
+        ),
+    ),
+    Rule("metrics.enable_wandb", "false where wandb is not installed", _wandb_importable),
     one_of("boost.linear", LINEAR_KINDS),
     one_of("boost.lax_gate", LAX_GATES),
     Rule(
@@ -844,6 +955,11 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     Rule(
+        "optimizer.early_step_in_backward",
+        "false under PP, and with a finite training.max_norm (nothing is clipped)",
+        _early_step_problem,
+    ),
+    Rule(
         "checkpoint.exclude_from_loading",
         "under LORO, optimizer and lr_scheduler loaded together or neither",
         _loro_cycle_resumes_with_the_schedule,
@@ -876,6 +992,16 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     at_least("checkpoint.load_step", -1, "-1: the newest"),
+    Rule(
+        "checkpoint.last_save_in_hf",
+        "false (BOOST's model has no state-dict adapter in torchtitan; export after training)",
+        lambda c: (
+            "BOOST gives torchtitan's checkpointer no Hugging Face state-dict adapter: set it false, and export "
+            "the saved checkpoint with python -m boost.after_training.interop export --config <toml> --out <dir>"
+            if c.job.checkpoint.enable and c.job.checkpoint.last_save_in_hf
+            else None
+        ),
+    ),
     at_least("metrics.log_freq", 1),
     at_least("validation.freq", 1, when=_validation_applies),
     Rule(
@@ -907,8 +1033,8 @@ RULES: tuple[Rule, ...] = (
     at_least("profiling.profile_freq", 1, when=_profiling_applies),
     at_least("profiling.profiler_active", 1, when=_profiling_applies),
     at_least("profiling.profiler_warmup", 0, when=_profiling_applies),
-    at_least("comm.init_timeout_seconds", 1),
-    at_least("comm.train_timeout_seconds", 1),
+    _comm_timeout("comm.init_timeout_seconds"),
+    _comm_timeout("comm.train_timeout_seconds"),
     # torch's LocalTensor simulation of every rank in one process: BOOST's seeded init reads each rank's
     # shard offsets as whole numbers, which it makes per-rank symbols (it stops there with an AttributeError)
     one_of(
