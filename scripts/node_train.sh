@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 NNODES=${NNODES:-${SLURM_JOB_NUM_NODES:?set NNODES (or run under Slurm)}}
 NGPU=${NGPU:-8}
 CONFIG_FILE=${CONFIG_FILE:-"./train_configs/debug.toml"}
-PYTHON=${PYTHON:-python}
+source scripts/python_choice.sh
 
 first_host() {  # "gpu[07-09,12],cpu3" -> gpu07; what `scontrol show hostnames | head -1` gives
   local list=$1 head=${1%%,*}
@@ -23,6 +23,10 @@ first_host() {  # "gpu[07-09,12],cpu3" -> gpu07; what `scontrol show hostnames |
 RDZV_HOST=${RDZV_HOST:-$(first_host "${SLURM_JOB_NODELIST:?set RDZV_HOST (or run under Slurm)}")}
 RDZV_PORT=${RDZV_PORT:-29500}
 RUN_ID=${RUN_ID:-${SLURM_JOB_ID:-boost}}
+
+# The preflight first, at the whole world size, on every node: a bad job is refused in one line before
+# any rendezvous (each rank checks again, as under run_train.sh).
+NGPU="$NGPU" NNODES="$NNODES" "$PYTHON" -m torchtitan_ext.preflight --job.config_file "$CONFIG_FILE" "$@"
 
 exec "$PYTHON" -m torchtitan_ext.launch --nnodes "$NNODES" --nproc_per_node "$NGPU" \
   --rdzv-backend c10d --rdzv-endpoint "$RDZV_HOST:$RDZV_PORT" --rdzv-id "$RUN_ID" \

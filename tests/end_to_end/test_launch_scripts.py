@@ -43,3 +43,29 @@ def test_run_train_runs_the_python_it_is_given(tmp_path):
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["MARKING PYTHON RAN", REFUSAL], (
         proc.stderr
     )
+
+
+@pytest.mark.slow
+def test_node_script_runs_the_preflight_at_the_world_size_and_the_python_it_is_given(tmp_path):
+    """scripts/node_train.sh chooses its Python as run_train.sh does, and runs the preflight at NGPU × NNODES
+    before torchrun: a bad job is one line, exit 2, no rendezvous."""
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "CONFIG_FILE")}
+    env |= {"NNODES": "2", "NGPU": "1", "RDZV_HOST": "localhost", "PYTHON": str(_marking_python(tmp_path))}
+    dump = ["--job.dump_folder", str(tmp_path / "out")]
+    # tp 2 fills the world of 2 nodes × 1 process, and would not fit one node's 1
+    layout = ["--parallelism.tensor_parallel_degree", "2", "--parallelism.data_parallel_shard_degree", "2"]
+    proc = subprocess.run(
+        ["bash", "scripts/node_train.sh", *dump, *layout],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines() == [
+        "MARKING PYTHON RAN",
+        "BOOST config error: parallelism.data_parallel_shard_degree = 2: tp×pp×dp_replicate×cp×dp_shard = 4 must "
+        "equal the world size 2 (NGPU); set data_parallel_shard_degree = -1 to fill the rest",
+    ]
+    assert not (tmp_path / "out").exists()

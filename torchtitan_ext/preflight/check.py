@@ -368,8 +368,8 @@ def check_input_files(job, world_size: int) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """``python -m torchtitan_ext.preflight --job.config_file X.toml [overrides]``: the launcher's check
-    alone, at the launcher's world size (``NGPU``, default 1); exit 2 on a refusal (a refused checkpoint
-    or a held run folder exits with its message).
+    alone, at the launcher's world size (``NGPU``, default 1, times ``NNODES``, default 1); exit 2 on a refusal
+    (a refused checkpoint or a held run folder exits with its message).
 
     Example::
 
@@ -382,7 +382,10 @@ def main(argv: list[str] | None = None) -> None:
             # without a TOML, the [boost] section does not exist: its fields would read as unknown options
             refuse("job.config_file", None, "name the TOML to check: --job.config_file train_configs/debug.toml "
                    "(run_train.sh's default)")  # fmt: skip
-        preflight(argv, process_count(os.environ.get("NGPU", "1")))
+        # a multi-node launch (scripts/node_train.sh) checks at its whole world size: NGPU per node × NNODES
+        preflight(
+            argv, process_count(os.environ.get("NGPU", "1")) * process_count(os.environ.get("NNODES", "1"))
+        )
     except ConfigError as e:
         print(f"BOOST config error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
