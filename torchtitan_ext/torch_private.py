@@ -139,6 +139,7 @@ EXTENSION_PRIVATE_TORCH: dict[str, tuple[str, ...]] = {
     "torch.distributed.tensor": ("DTensor._op_dispatcher._custom_op_handlers",),
     "torch._utils": ("_get_available_device_type", "_get_device_module"),  # cpu.py: torchtitan on a CPU
     "torch._dynamo.callback": ("callback_handler",),  # startup_clock.py: compile time
+    "torch._dynamo": ("list_backends",),  # preflight/job_rules.py: compile.backend
 }
 
 

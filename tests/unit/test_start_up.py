@@ -114,7 +114,7 @@ def test_the_launcher_and_a_rank_read_the_same_job(tmp_path):
     arguments), so the rank recognises the job as checked."""
     argv = [
         "--job.config_file", CONFIG, "--job.dump_folder", str(tmp_path / "out"), "--training.steps", "3",
-        "--boost.no-group-linears", "--optimizer.lr=1", "--model.converters=", "--debug.seed", "None",
+        "--boost.no-group-linears", "--optimizer.lr=1", "--metrics.save_tb_folder=", "--debug.seed", "None",
     ]  # fmt: skip
     from torchtitan.config import ConfigManager
 
