@@ -968,6 +968,12 @@ def test_run_train_uses_or_refuses_a_config_file_given_as_an_argument(tmp_path):
             f"BOOST config error: job.config_file = {missing!r}: no such file; pass an existing "
             "TOML (see train_configs/)",
         ),
+        (  # run_train.sh reads a relative path from the repository's root, and the refusal says so
+            {"CONFIG_FILE": "my.toml"},
+            [],
+            f"BOOST config error: job.config_file = 'my.toml': no such file ({ROOT.resolve() / 'my.toml'}); pass an "
+            "existing TOML (see train_configs/)",
+        ),
         (
             {"CONFIG_FILE": "train_configs/debug.toml"},
             ["--job.config_file", str(zero_steps)],

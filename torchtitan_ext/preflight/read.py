@@ -38,7 +38,9 @@ def load_toml(path: str) -> dict[str, Any]:
     """The parsed TOML at ``path``; a missing, unreadable, non-UTF-8 or malformed file is refused with the place."""
     file = Path(path)
     if not file.is_file():
-        refuse("job.config_file", path, "no such file; pass an existing TOML (see train_configs/)")
+        # named in full: run_train.sh runs from the repository's root, which a relative path is read from
+        where = f" ({file.resolve()})" if not file.is_absolute() else ""
+        refuse("job.config_file", path, f"no such file{where}; pass an existing TOML (see train_configs/)")
     try:
         raw = file.read_bytes()
     except OSError as e:
