@@ -566,6 +566,15 @@ CASES = [
         2,
         "optimizer.early_step_in_backward = True: torchtitan steps no optimizer in backward under pipeline parallelism",
     ),
+    (  # torchtitan's hook steps at every backward: once a micro-batch
+        [
+            *("--optimizer.early_step_in_backward", "--training.max_norm", "inf"),
+            *("--training.global_batch_size", "16", "--training.local_batch_size", "8"),
+        ],
+        1,
+        "optimizer.early_step_in_backward = True: training.global_batch_size = 16 accumulates 2 backward passes a "
+        "step, and each would step the optimizer",
+    ),
     (
         ["--optimizer.early_step_in_backward"],
         1,

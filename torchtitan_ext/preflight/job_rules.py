@@ -525,6 +525,12 @@ def _early_step_problem(ctx: JobContext) -> str | None:
         return None
     if ctx.pp > 1:
         return "torchtitan steps no optimizer in backward under pipeline parallelism: set it false"
+    if ctx.microbatches > 1:
+        return (
+            f"training.global_batch_size = {ctx.job.training.global_batch_size} accumulates {ctx.microbatches} "
+            "backward passes a step, and each would step the optimizer: set it false, or the global batch to "
+            "local_batch_size × the data-parallel degree"
+        )
     max_norm = ctx.job.training.max_norm
     if math.isfinite(max_norm):
         return (
@@ -956,7 +962,7 @@ RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "optimizer.early_step_in_backward",
-        "false under PP, and with a finite training.max_norm (nothing is clipped)",
+        "false under PP, with gradient accumulation, and with a finite training.max_norm (nothing is clipped)",
         _early_step_problem,
     ),
     Rule(
