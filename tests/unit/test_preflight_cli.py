@@ -32,6 +32,16 @@ def test_the_check_reads_the_launchers_ngpu(tmp_path, monkeypatch, capsys):
     assert "world size 1 (NGPU)" in capsys.readouterr().err
 
 
+def test_the_check_of_a_multi_node_job_counts_every_node(tmp_path, monkeypatch, capsys):
+    # scripts/node_train.sh: NGPU a node, NNODES nodes; the refusal says where its world size came from
+    monkeypatch.setenv("NGPU", "1")
+    monkeypatch.setenv("NNODES", "2")
+    assert _check(tmp_path, "--job.config_file", str(ROOT / "train_configs" / "debug.toml"), *TP2) == 0
+    monkeypatch.setenv("NNODES", "3")
+    assert _check(tmp_path, "--job.config_file", str(ROOT / "train_configs" / "debug.toml"), *TP2) == 2
+    assert "world size 3 (NGPU × NNODES)" in capsys.readouterr().err
+
+
 def test_the_check_without_a_toml_names_the_flag_it_needs(tmp_path, monkeypatch, capsys):
     # without a TOML there is no [boost] section: the first boost field would read as an unknown option
     monkeypatch.setenv("NGPU", "1")

@@ -16,6 +16,7 @@ field and the fix.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -198,7 +199,7 @@ def _mesh_fills_world(ctx: JobContext) -> str | None:
     if shard >= 1 and product == ctx.world_size:
         return None
     return (
-        f"tp×pp×dp_replicate×cp×dp_shard = {product} must equal the world size {ctx.world_size} (NGPU); "
+        f"tp×pp×dp_replicate×cp×dp_shard = {product} must equal the world size {ctx.world_size} ({_world_from()}); "
         "set data_parallel_shard_degree = -1 to fill the rest"
     )
 
@@ -206,7 +207,12 @@ def _mesh_fills_world(ctx: JobContext) -> str | None:
 def _non_shard_divides_world(ctx: JobContext) -> str | None:
     if ctx.job.parallelism.data_parallel_shard_degree != -1 or ctx.world_size % ctx.non_shard_degrees == 0:
         return None
-    return f"must divide the world size {ctx.world_size} (NGPU)"
+    return f"must divide the world size {ctx.world_size} ({_world_from()})"
+
+
+def _world_from() -> str:
+    """Where the world size came from: run_train.sh's NGPU, or NGPU × NNODES under scripts/node_train.sh."""
+    return "NGPU × NNODES" if os.environ.get("NNODES", "1") != "1" else "NGPU"
 
 
 def _global_batch_divides(ctx: JobContext) -> str | None:
