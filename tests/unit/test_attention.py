@@ -118,3 +118,16 @@ def test_cpu_trains_sdpa_and_refuses_flex_and_varlen_in_one_line():
     argv += ["--boost.no-log-comm"]  # flex's own refusal with the collective counter comes first otherwise
     with pytest.raises(ConfigError, match="boost.attn_type = 'flex': torch .* does not train it on cpu"):
         check_job(argv, 1)
+
+
+def test_a_kernel_that_runs_on_masks_refuses_none_and_a_window_past_the_table_is_named():
+    # varlen without its documents' offsets was an AttributeError deep in the kernel (flex's twin refusal:
+    # tests/unit/test_evaluate.py); positions past the RoPE table, a size mismatch inside a layer
+    inputs = packed_window()[:, :-1]
+    with pytest.raises(ValueError, match="attn_type = 'varlen' needs its documents' offsets"):
+        model("cola", "varlen")(inputs)
+    short = Transformer(ModelArgs.from_flavor("debug", vocab_size=VOCAB, n_layers=1, max_seq_len=8))
+    with pytest.raises(
+        ValueError, match=r"48 positions: past the model's max_seq_len = 8 \(its RoPE table\)"
+    ):
+        short(inputs)

@@ -391,7 +391,7 @@ def _rank_below_smallest_dim(ctx: JobContext) -> str | None:
     if not KINDS[ctx.boost.linear].low_rank:
         return None
     args = ctx.model_args
-    problem = rules.rank_problem(ctx.rank, args.dim, args.kv_heads * args.head_dim)
+    problem = rules.rank_problem(ctx.rank, args.dim, args.kv_heads * args.head_dim, args.ffn_dim)
     return None if problem is None else f"{problem} for flavor {ctx.job.model.flavor}"
 
 

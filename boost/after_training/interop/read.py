@@ -157,7 +157,9 @@ def args_from_hf_config(
         group_linears=group_linears,
         tie_embeddings=bool(config.get("tie_word_embeddings", False)),
     )
-    problem = rank_problem(args.rank, dim, args.kv_heads * args.head_dim) if args.low_rank else None
+    problem = (
+        rank_problem(args.rank, dim, args.kv_heads * args.head_dim, args.ffn_dim) if args.low_rank else None
+    )
     if problem is not None:
         said = "the default hidden_size // 4" if rank is None else "given"
         raise ValueError(

@@ -143,18 +143,24 @@ class ModelArgs:
         linear_kind(self.linear)
         lax_gate(self.lax_gate)
         lax_gate_form(self.lax_gate, self.lax_gate_form)
-        for name in ("dim", "n_layers", "n_heads", "vocab_size", "ffn_dim"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"model {name} = {getattr(self, name)} must be positive")
+        for name in ("dim", "n_layers", "n_heads", "n_kv_heads", "vocab_size", "ffn_dim"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:  # n_kv_heads None: n_heads'
+                raise ValueError(f"model {name} = {value} must be positive")
         if self.dim % self.n_heads:
             raise ValueError(f"dim {self.dim} is not divisible by n_heads {self.n_heads}")
         if self.head_dim % 2:
             raise ValueError(f"head_dim {self.head_dim} must be even for RoPE")
         if self.n_heads % self.kv_heads:
             raise ValueError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.kv_heads}")
-        problem = rank_problem(self.rank, self.dim, self.kv_heads * self.head_dim) if self.low_rank else None
+        kv_dim = self.kv_heads * self.head_dim
+        problem = rank_problem(self.rank, self.dim, kv_dim, self.ffn_dim) if self.low_rank else None
         if problem is not None:
-            raise ValueError(f"boost.rank = {self.rank}: {problem}; try boost.rank_ratio = 0.25")
+            below = min(self.dim, kv_dim, self.ffn_dim)
+            raise ValueError(
+                f"boost.rank = {self.rank}: {problem}; choose boost.rank below {below} "
+                f"(boost.rank_ratio below {below / self.dim:.4g})"
+            )
 
 
 def lax_gate_macs(rank: int, gate: str, form: str = "factored") -> int:

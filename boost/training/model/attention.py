@@ -143,6 +143,12 @@ class VarlenAttention(nn.Module):
     def forward(self, q, k, v, *, attention_masks: VarlenMetadata) -> torch.Tensor:
         from torch.nn.attention.varlen import varlen_attn
 
+        if attention_masks is None:  # the documents' offsets are what the kernel runs on
+            raise ValueError(
+                "attn_type = 'varlen' needs its documents' offsets (VarlenAttention.masks, or the model's "
+                "get_attention_masks); the after-training tools build attn_type = 'sdpa'"
+            )
+
         b, _, s, _ = q.shape
         packed = [t.transpose(1, 2).flatten(0, 1) for t in (q, k, v)]  # (bs * seqlen, n_heads, head_dim)
         m = attention_masks

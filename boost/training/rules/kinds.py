@@ -69,9 +69,10 @@ def resolve_rank(dim: int, rank: int, rank_ratio: float) -> int:
     return rank if rank else max(1, round(rank_ratio * dim))
 
 
-def rank_problem(rank: int, dim: int, kv_dim: int) -> str | None:
-    """The rank factors every projection, so it is positive and below the smallest dim it factors."""
-    smallest = min(dim, kv_dim)
+def rank_problem(rank: int, dim: int, kv_dim: int, ffn_dim: int) -> str | None:
+    """The rank factors every projection (q/o over ``dim``, k/v to ``kv_dim``, the MLP's to and from
+    ``ffn_dim``), so it is positive and below the smallest dim it factors."""
+    smallest = min(dim, kv_dim, ffn_dim)
     return (
         None
         if 0 < rank < smallest
