@@ -196,23 +196,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=None, help="stop after this many scored tokens")
-    ns = parser.parse_args(argv)
-
     from boost.after_training.trained_run import load_run, shard_for_inference
-    from boost.training.data.run_tokenizer import RunError, read_toml
+    from boost.training.data.run_tokenizer import RunError, read_toml, split_overrides
+
+    # --section.field value: the overrides the run was started with (--boost.linear svd), read over the TOML
+    own, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
+    ns = parser.parse_args(own)
 
     try:
         for option in ("seq_len", "batch_size", "max_tokens"):
             if getattr(ns, option) is not None and getattr(ns, option) < 1:
                 raise ValueError(f"--{option.replace('_', '-')} {getattr(ns, option)} must be >= 1")
-        config = read_toml(ns.config)
+        config = read_toml(ns.config, overrides)
         seq_len = (
             ns.seq_len
             or config.get("validation", {}).get("seq_len")
             or config.get("training", {}).get("seq_len", 2048)
         )
         texts, name = corpus_texts(config, ns.data)
-        run = load_run(ns.config, ns.checkpoint, ns.tokenizer, max_seq_len=seq_len)
+        run = load_run(ns.config, ns.checkpoint, ns.tokenizer, max_seq_len=seq_len, overrides=overrides)
         rank = shard_for_inference(run.model, run.config)
         eos = [run.tokenizer.eos_id] if run.tokenizer.eos_id is not None else []
         documents = (run.tokenizer.encode(t) + eos for t in texts)

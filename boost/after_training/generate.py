@@ -151,16 +151,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top-k", type=int, default=None)
     parser.add_argument("--top-p", type=float, default=None)
     parser.add_argument("--seed", type=int, default=0)
-    ns = parser.parse_args(argv)
-
     from boost.after_training.trained_run import load_run, shard_for_inference
-    from boost.training.data.run_tokenizer import RunError
+    from boost.training.data.run_tokenizer import RunError, split_overrides
+
+    # --section.field value: the overrides the run was started with (--boost.linear svd), read over the TOML
+    own, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
+    ns = parser.parse_args(own)
 
     try:
         check_sampling(ns.temperature, ns.top_k, ns.top_p, ns.max_new_tokens)
         # RoPE table long enough for the request even beyond the training length (a token is >= 1 byte).
         needed = 1 + len(ns.prompt.encode()) + ns.max_new_tokens
-        run = load_run(ns.config, ns.checkpoint, ns.tokenizer, max_seq_len=needed)
+        run = load_run(ns.config, ns.checkpoint, ns.tokenizer, max_seq_len=needed, overrides=overrides)
         prompt_ids = run.tokenizer.encode(ns.prompt)
         rank = shard_for_inference(run.model, run.config)
         tokens = sample(

@@ -30,6 +30,7 @@ import logging
 import os
 import re
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -152,7 +153,7 @@ def model_args_from_run(
     if recorded.get("linear", linear) != linear:
         raise RunError(
             f"{source}: boost.linear = {linear!r} but the checkpoint holds a {recorded['linear']!r} model; "
-            "pass the TOML this run was trained with"
+            "pass the TOML this run was trained with, and its overrides (--boost.linear svd)"
         )
     p = _model_prefix(shapes)
     vocab_size, dim = shapes[f"{p}tok_embeddings.weight"]
@@ -161,7 +162,7 @@ def model_args_from_run(
     if low_rank != KINDS[linear].low_rank:
         raise RunError(
             f"{source}: boost.linear = {linear!r} but the checkpoint holds a {'low-rank' if low_rank else 'dense'} "
-            "model; pass the TOML this run was trained with"
+            "model; pass the TOML this run was trained with, and its overrides (--boost.linear svd)"
         )
     # not in the weights' shapes: the checkpoint's record, else the run's [boost] section as the trainer read it
     overrides = {
@@ -183,7 +184,8 @@ def model_args_from_run(
     if args.dim != dim or n_layers != FLAVORS[flavor].n_layers:
         raise RunError(
             f"{source}: flavor {flavor!r} has dim {args.dim} and {FLAVORS[flavor].n_layers} layers, the checkpoint "
-            f"dim {dim} and {n_layers} layers; pass the TOML this run was trained with"
+            f"dim {dim} and {n_layers} layers; pass the TOML this run was trained with, and its overrides "
+            "(--model.flavor 60M)"
         )
     return args
 
@@ -225,7 +227,7 @@ def _load_model(
     if extra:
         raise RunError(
             f"{path}: the checkpoint holds {len(extra)} model tensor(s) the config does not build, e.g. "
-            f"{extra[:3]}; pass the TOML this run was trained with"
+            f"{extra[:3]}; pass the TOML this run was trained with, and its overrides (--boost.linear svd)"
         )
     wrong = [k for k, v in state.items() if tuple(shapes[k]) != tuple(v.shape)]
     if wrong:
@@ -245,6 +247,7 @@ def load_run(
     checkpoint: str | int | None = None,
     tokenizer_dir: str | Path | None = None,
     max_seq_len: int | None = None,
+    overrides: Sequence[str] = (),
 ) -> TrainedRun:
     """The model and tokenizer of a training run (see the module docstring for what is read where).
 
@@ -253,8 +256,9 @@ def load_run(
         checkpoint: a ``step-N`` folder, a step number, or ``None`` for the newest intact one.
         tokenizer_dir: overrides the run's tokenizer folder.
         max_seq_len: positions the RoPE table must cover, if more than the run's ``training.seq_len``.
+        overrides: the ``--section.field value`` overrides the run was started with, over the TOML.
     """
-    config = read_toml(config_toml)
+    config = read_toml(config_toml, overrides)
     path = find_checkpoint(config, checkpoint)
     identity = _read_identity(path)
     model = _load_model(path, config, str(config_toml), max_seq_len, identity)

@@ -172,3 +172,33 @@ def test_a_tokenizer_of_the_same_size_but_not_the_runs_is_refused(tmp_path):
     (other / "tokenizer.json").write_text(json.dumps(vocabulary))
     with pytest.raises(RunError, match=f"tokenizer {other} .* is not the one .* was trained with"):
         load_run(toml, tokenizer_dir=other)
+
+
+def test_a_run_trained_with_overrides_is_read_back_with_them(tmp_path, capsys):
+    # ./run_train.sh --boost.linear svd: the TOML at hand says cola, and the tools took no overrides, so
+    # every after-training tool refused the run ("pass the TOML this run was trained with": there is none)
+    from boost.after_training import evaluate, generate
+    from boost.after_training.interop import cli
+    from tests.trained_runs import make_run
+
+    toml = make_run(tmp_path, "svd")
+    toml.write_text(toml.read_text().replace('linear = "svd"', 'linear = "cola"'))
+    # svd and cola factors have the same shapes: the record says which the run trained, as every run's does
+    (tmp_path / "checkpoint" / "step-3" / MODEL_IDENTITY_FILE).write_text(
+        json.dumps({"model": {"linear": "svd"}})
+    )
+    notes = tmp_path / "notes.txt"
+    notes.write_text("def main():\n    return 0\n" * 40)
+    scored = ["--config", str(toml), "--max-tokens", "64", "--batch-size", "1", "--data", str(notes)]
+    assert evaluate.main(scored) == 2
+    assert "boost.linear = 'cola' but the checkpoint holds a 'svd' model" in capsys.readouterr().err
+    assert evaluate.main([*scored, "--boost.linear", "svd"]) == 0
+    assert "bits/byte" in capsys.readouterr().out
+    assert generate.main(["--config", str(toml), "--max-new-tokens", "2", "--boost.linear=svd"]) == 0
+    out = tmp_path / "hf"
+    assert cli.main(["export", "--config", str(toml), "--out", str(out), "--boost.linear", "svd"]) == 0
+    assert json.loads((out / "config.json").read_text())["boost"]["linear"] == "svd"
+    # what is neither the tool's nor an override is named, not dropped
+    with pytest.raises(SystemExit):
+        evaluate.main([*scored, "--boost.linear", "svd", "stray"])
+    assert "unrecognized arguments: stray" in capsys.readouterr().err

@@ -49,8 +49,16 @@ def main(argv: list[str] | None = None) -> int:
         "--densify", action="store_true", help="svd only: write plain LlamaForCausalLM (W = B·A)"
     )
     exp.add_argument("--out", required=True)
-    ns = parser.parse_args(argv)
-    from boost.training.data.run_tokenizer import RunError
+    from boost.training.data.run_tokenizer import RunError, split_overrides
+
+    # --section.field value: the overrides the run was started with (--boost.linear svd), for export --config
+    own, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
+    ns = parser.parse_args(own)
+    ns.overrides = overrides
+    if overrides and (ns.command != "export" or ns.config is None):
+        parser.error(
+            f"unrecognized arguments: {' '.join(overrides)} (a run's overrides go with export --config)"
+        )
 
     try:
         if Path(ns.out).exists() and not Path(ns.out).is_dir():
@@ -79,7 +87,7 @@ def _export_source(ns: argparse.Namespace) -> tuple[Transformer, Path | None]:
     if ns.config is not None:
         from boost.after_training.trained_run import load_run
 
-        run = load_run(ns.config, ns.source, ns.tokenizer)
+        run = load_run(ns.config, ns.source, ns.tokenizer, overrides=ns.overrides)
         if run.config["boost"]["norm"] == "local":
             # transformers' RMSNorm is the exact one: a shard-local norm's model has no such folder
             raise ValueError(

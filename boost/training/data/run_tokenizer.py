@@ -11,6 +11,8 @@ the file and the fix. ``python -m boost.training.data.prepare`` tokenizes a corp
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,7 +53,8 @@ class TextTokenizer:
         return self.tokenizer.get_vocab_size()
 
 
-def read_toml(path: str | Path) -> dict:
+def read_toml(path: str | Path, overrides: Sequence[str] = ()) -> dict:
+    """The TOML at ``path`` with the run's command-line ``overrides`` over it (``with_overrides``)."""
     path = Path(path)
     if not path.is_file():
         raise RunError(
@@ -59,9 +62,76 @@ def read_toml(path: str | Path) -> dict:
         )
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            config = tomllib.load(f)
     except tomllib.TOMLDecodeError as e:
         raise RunError(f"{path} is not valid TOML: {e}") from None
+    return with_overrides(config, overrides)
+
+
+# --section.field value, --section.field=value, --section.field (true), --section.no-field (false)
+_OVERRIDE = re.compile(r"--([A-Za-z_][\w-]*)\.(no[-_])?([A-Za-z_][\w-]*?)(?:=(.*))?$", re.DOTALL)
+
+
+def with_overrides(config: dict, overrides: Sequence[str]) -> dict:
+    """``config`` with the scalar overrides a run was started with, as ``run_train.sh`` takes them
+    (``--boost.linear svd``, ``--training.seq_len=512``, ``--boost.no-group-linears``): a run trained with
+    overrides is read back with the same ones. A value is read as a TOML value, else as a string.
+
+    Example::
+
+        >>> with_overrides({"boost": {"linear": "cola"}}, ["--boost.linear", "svd", "--boost.no-group-linears"])
+        {'boost': {'linear': 'svd', 'group_linears': False}}
+    """
+    config = {
+        section: dict(fields) if isinstance(fields, dict) else fields for section, fields in config.items()
+    }
+    args, i = list(overrides), 0
+    while i < len(args):
+        match = _OVERRIDE.match(args[i])
+        if match is None:
+            raise RunError(
+                f"{args[i]!r}: not a --section.field override; give the run's overrides as run_train.sh took them "
+                "(--boost.linear svd)"
+            )
+        section, negated, field, attached = match.groups()
+        section, field = section.replace("-", "_"), field.replace("-", "_")
+        if negated:
+            value, i = False, i + 1
+        elif attached is not None:
+            value, i = _toml_value(attached), i + 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            value, i = _toml_value(args[i + 1]), i + 2
+        else:
+            value, i = True, i + 1
+        if not isinstance(config.setdefault(section, {}), dict):
+            raise RunError(f"--{section}.{field}: the TOML's {section} is not a table")
+        config[section][field] = value
+    return config
+
+
+def split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """``argv`` split into a tool's own arguments and the run's ``--section.field [value]`` overrides (a
+    tool's own options have no dot), so that no override's value is read as the tool's positional."""
+    own, overrides, i = [], [], 0
+    while i < len(argv):
+        match = _OVERRIDE.match(argv[i])
+        if match is None:
+            own.append(argv[i])
+            i += 1
+            continue
+        takes_next = match.group(2) is None and match.group(4) is None and i + 1 < len(argv)
+        takes_next = takes_next and not argv[i + 1].startswith("--")
+        overrides += argv[i : i + 1 + takes_next]
+        i += 1 + takes_next
+    return own, overrides
+
+
+def _toml_value(text: str):
+    """``text`` as a TOML value (``512``, ``0.25``, ``true``), else the string itself (``svd``)."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
 
 
 def load_tokenizer(folder: str | Path) -> TextTokenizer:
