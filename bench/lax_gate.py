@@ -149,6 +149,20 @@ def measure(
     }
 
 
+def device_problem(device: torch.device) -> str | None:
+    """``None`` where torch sees ``device``, else what to pass instead: asked before anything is built, where
+    the first tensor on an absent device would stop in a traceback."""
+    if device.type == "cpu":
+        return None
+    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    if accelerator is not None and accelerator.type == device.type:
+        return None
+    return (
+        f"--device {device.type}: torch {torch.__version__} sees no {device.type} device here; "
+        "on this machine pass --device cpu (with --dtype float32 --backend eager, the docstring's CPU line)"
+    )
+
+
 def table(result: dict) -> str:
     """``measure``'s result as a markdown table."""
     names = list(result["block_ms"])
@@ -186,6 +200,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--json", type=Path, help="also write the results here")
     opts = parser.parse_args(argv)
     device, dtype = torch.device(opts.device), getattr(torch, opts.dtype)
+    problem = device_problem(device)
+    if problem is not None:
+        raise SystemExit(f"bench.lax_gate: {problem}")
     results = []
     for tokens in opts.tokens:
         torch._dynamo.reset()  # each width compiled afresh, static as the trainer's

@@ -4,12 +4,18 @@ gate form, sums them as a step does, and refuses forms that compute different fu
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from bench import lax_gate
 from boost.training.rules import LAX_GATE_FORMS
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_step_is_block_0s_sigma_and_every_other_blocks_crossing(tmp_path):
@@ -42,3 +48,17 @@ def test_forms_that_compute_different_functions_are_refused_before_timing():
         modules["LaX kron"].gate_encoder.mul_(1.01)  # another gate
     with pytest.raises(AssertionError, match="the gate forms disagree"):
         lax_gate.check_forms_agree(modules, pre, carry, grad)
+
+
+@pytest.mark.skipif(
+    torch.accelerator.is_available(), reason="the refusal of a machine without an accelerator"
+)
+def test_the_readmes_command_without_a_gpu_is_refused_in_one_line_naming_the_cpu_device():
+    # it stopped in a traceback (AssertionError: Torch not compiled with CUDA enabled) at the first tensor
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench.lax_gate", "--flavor", "7B", "--tokens", "16384", "4096"],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 1 and proc.stdout == ""
+    (line,) = proc.stderr.splitlines()
+    assert line.startswith("bench.lax_gate: --device cuda: torch ") and "pass --device cpu" in line
