@@ -19,6 +19,7 @@ import torch
 
 from bench.harness import build, compile_blocks, count_step, median, mesh_of, spawn, train_step
 from bench.plots import pyplot, save
+from bench.run_command import command_as_run
 
 SCHEMES = (("megatron", "full", False), ("vanilla", "cola", False), ("btp", "cola", True))
 
@@ -80,7 +81,7 @@ def _profile_step(model, opt, tokens) -> dict[str, float]:
     return split
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--tp", type=int, nargs="+", default=[2, 4])
     p.add_argument("--flavor", default="60M")
@@ -96,13 +97,24 @@ def main() -> None:
         action="store_true",
         help="also run each scheme with its blocks compiled (inductor), interleaved with the eager ones",
     )
-    a = p.parse_args()
-    lines = [
+    return p
+
+
+def header(p: argparse.ArgumentParser, a: argparse.Namespace) -> list[str]:
+    """The table's title and the machine and command it ran on: every option the run changed."""
+    return [
         f"# CPU/gloo step time by TP scheme — {a.flavor}, seq {a.seq}, batch {a.batch}, {a.reps} interleaved reps",
         f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} "
         f"threads, torch {torch.__version__}; "
-        f"date {datetime.date.today()}; command: python -m bench.cpu_schemes --tp {' '.join(map(str, a.tp))} "
-        f"--flavor {a.flavor} --seq {a.seq} --batch {a.batch} --reps {a.reps}{' --compile' if a.compile else ''}",
+        f"date {datetime.date.today()}; command: {command_as_run('bench.cpu_schemes', p, a)}",
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser()
+    a = p.parse_args(argv)
+    lines = [
+        *header(p, a),
         "",
         "| TP | scheme | step s (median) | collectives/step | MiB/step | btp speed-up |",
         "|---|---|---|---|---|---|",
