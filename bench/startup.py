@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.run_command import command_as_run
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "startup.md"
 DRY_7B = [
@@ -163,12 +165,14 @@ def warm_up(checkout: Checkout, cache: Path) -> None:
     subprocess.run([checkout.python, "-c", code], cwd=checkout.path, check=True, capture_output=True)
 
 
-def table(checkouts: list[Checkout], reps: int) -> str:
+def table(checkouts: list[Checkout], reps: int, rows: list[str]) -> str:
+    """The measured ``rows`` (with ``import``, their yardstick), and the start-up lines of those that log one:
+    a row the run did not measure is left out, not shown as a blank that reads as a failure."""
     head = (
         "| measure | " + " | ".join(f"{c.label}: s (median of {reps}) | × import" for c in checkouts) + " |"
     )
     lines = [head, "|---|" + "---:|---:|" * len(checkouts)]
-    for row in ROWS:
+    for row in (r for r in ROWS if r in rows):
         cells = []
         for c in checkouts:
             times = c.times[row]
@@ -181,7 +185,7 @@ def table(checkouts: list[Checkout], reps: int) -> str:
         lines.append(f"| {TITLES[row]} | " + " | ".join(cells) + " |")
     lines.append("")
     for c in checkouts:
-        for row in ("default job", "7B dry run"):
+        for row in (r for r in ("default job", "7B dry run") if r in rows):
             said = c.startup_lines.get(row)
             said = f"`BOOST start-up: {said}`" if said else "(no start-up line logged)"
             lines.append(f"- {c.label}, {row}: {said}")
@@ -210,11 +214,10 @@ def main() -> None:
                     )
     nproc = os.cpu_count()
     load = os.getloadavg()[0]
-    repos = f"--repo {' '.join(str(p) for p in args.repo)} " if args.repo != [ROOT] else ""
     text = (
         "## Start-up: seconds, and ratios to one torch+torchtitan import\n\n"
-        f"`python -m bench.startup {repos}--reps {args.reps}` on {nproc} cores "
-        f"(1-minute load average {load:.1f} at the end).\n\n" + table(checkouts, args.reps)
+        f"`{command_as_run('bench.startup', parser, args)}` on {nproc} cores "
+        f"(1-minute load average {load:.1f} at the end).\n\n" + table(checkouts, args.reps, rows)
     )
     print("\n" + text)
     args.out.write_text(text)
