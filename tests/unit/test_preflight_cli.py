@@ -49,3 +49,27 @@ def test_the_check_without_a_toml_names_the_flag_it_needs(tmp_path, monkeypatch,
     err = capsys.readouterr().err
     assert "job.config_file = None: name the TOML to check: --job.config_file train_configs/debug.toml" in err
     assert "unknown option" not in err
+
+
+def test_a_kernel_this_machine_cannot_train_is_refused_before_the_rules_it_brings(
+    tmp_path, monkeypatch, capsys
+):
+    # flex at NGPU=2 on a CPU was refused for boost.log_comm first, and for flex itself once that was followed;
+    # where torch trains flex (an accelerator), the log_comm rule is the refusal. The table's own order holds
+    # in check_job (tests/unit/test_preflight.py's CASES: the same on every device).
+    from torchtitan_ext.infra.attention import kernel_problem
+
+    monkeypatch.setenv("NGPU", "2")
+    flex = ("--job.config_file", str(ROOT / "train_configs" / "debug.toml"), "--boost.attn_type", "flex")
+    assert _check(tmp_path, *flex, *TP2) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    if kernel_problem("flex") is None:
+        assert line.startswith(
+            "BOOST config error: boost.log_comm = True: FlexAttention's kernel is compiled"
+        )
+    else:
+        assert line.startswith("BOOST config error: boost.attn_type = 'flex': torch ")
+        assert "does not train it on cpu" in line and "boost.log_comm" not in line
+    # a refusal no kernel avoids is the table's, the machine not asked
+    assert _check(tmp_path, *flex, "--boost.no-log-comm", "--boost.rank", "300") == 2
+    assert "boost.rank = 300: must be below the smallest dim" in capsys.readouterr().err

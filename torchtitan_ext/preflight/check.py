@@ -4,7 +4,8 @@
 ``torchtitan_ext.start``, and ``python -m torchtitan_ext.preflight``): the job as read
 (``torchtitan_ext.preflight.read``: the TOML file, every value's type, the command line's overrides),
 the range and combination rules (``torchtitan_ext.preflight.job_rules.RULES``, one table) on those
-values, then the input files (corpus, tokenizer) and the checkpoint it would resume from. None of it
+values (a refusal bound to the attention kernel asks first whether this machine trains it), then the input
+files (corpus, tokenizer) and the checkpoint it would resume from. None of it
 builds torchtitan's ``JobConfig``, so the launcher imports no torchtitan: a ``ConfigError`` names the
 field or file, the value and the fix, and ``main`` prints it as one line and exits 2.
 
@@ -32,7 +33,7 @@ from boost.training import rules
 from boost.training.config_error import ConfigError, refuse
 from torchtitan_ext.config import DRY_RUN_COMM_MODE
 from torchtitan_ext.preflight.config_types import check_instance
-from torchtitan_ext.preflight.job_rules import JobContext, broken_rule
+from torchtitan_ext.preflight.job_rules import JobContext, broken_rule, kernel_bound
 from torchtitan_ext.preflight.job_warnings import JobWarning, job_warnings
 from torchtitan_ext.preflight.read import (
     BOOST_CONFIG_MODULE,
@@ -125,15 +126,16 @@ def dry_run_mode(comm_mode: str, dry_run: bool) -> None:
         refuse("comm.mode", comm_mode, "a dry run is one process playing a rank: set DRY_RUN=1 instead")
 
 
-def check_values(job: ReadJob, world_size: int | None = None) -> int:
+def check_values(job: ReadJob, world_size: int | None = None, machine_first: bool = False) -> int:
     """Refuse the read job for the first rule it breaks; return the world size it was checked at
-    (``world_size``, else the environment's, as ``world_size_from_env`` reads it)."""
+    (``world_size``, else the environment's, as ``world_size_from_env`` reads it). ``machine_first``:
+    as ``check_rules``."""
     values = job.values
     world_size = world_size if world_size is not None else world_size_from_env(values)
     # BOOST's rules read the values before torchtitan's dataclasses exist: their __post_init__ checks
     # would refuse some values without naming the field, and the rule table names it with the fix.
     _check_boost_section(values)
-    check_rules(values, world_size)
+    check_rules(values, world_size, machine_first)
     return world_size
 
 
@@ -151,7 +153,7 @@ def preflight(argv: list[str], world_size: int | None = None) -> SimpleNamespace
     if job.help_asked:
         _print_help(argv)
     with _warnings_one_line_each():
-        world_size = check_values(job, world_size)
+        world_size = check_values(job, world_size, machine_first=True)
         check_input_files(job.values, world_size)
         from torchtitan_ext.guards.checkpoint_guard import check_resume  # the checkpoint reader needs torch
 
@@ -221,12 +223,20 @@ def _torchtitan_job(argv: list[str], job: ReadJob):
         raise ConfigError(f"torchtitan refused the configuration: {e or type(e).__name__}") from None
 
 
-def check_rules(job, world_size: int) -> None:
+def check_rules(job, world_size: int, machine_first: bool = False) -> None:
     """Refuse ``job`` (a ``JobConfig``, or its values) for the first rule of the table it breaks; the
-    values are well typed (``config_types``), and [boost] is there."""
+    values are well typed (``config_types``), and [boost] is there.
+
+    The table holds on every device, so its refusals are the same everywhere (tests/unit/test_preflight.py's
+    CASES). With ``machine_first`` (the launcher's check: what a user sees), a refusal that another
+    ``boost.attn_type`` would not get first asks this machine whether it trains the job's kernel at all
+    (``check_attention_kernel``): flex on a CPU is refused as such, not for ``boost.log_comm``, whose fix
+    would only lead to it. Other refusals import no torch."""
     found = broken_rule(job, world_size)
     if found is not None:
         rule, value, message = found
+        if machine_first and kernel_bound(rule, job, world_size):
+            check_attention_kernel(job)
         refuse(rule.field, value, message)
 
 

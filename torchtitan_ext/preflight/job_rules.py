@@ -15,6 +15,7 @@ field and the fix.
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 from collections.abc import Callable
@@ -1075,6 +1076,19 @@ def broken_rule(job: Any, world_size: int) -> tuple[Rule, Any, str] | None:
         if found is not None:
             return rule, *found
     return None
+
+
+def kernel_bound(rule: Rule, job: Any, world_size: int) -> bool:
+    """Whether ``job`` breaks ``rule`` only with its ``boost.attn_type``: another kernel passes it. The
+    refusal is then the kernel's, and a machine that cannot train the kernel at all has the one to say first."""
+    if job.boost.attn_type not in ATTENTION_TYPES:
+        return False
+    for kind in ATTENTION_TYPES:
+        other = copy.deepcopy(job)
+        other.boost.attn_type = kind
+        if rule.problem(JobContext(other, world_size)) is None:
+            return True
+    return False
 
 
 def rules_markdown() -> str:
