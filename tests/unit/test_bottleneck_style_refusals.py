@@ -151,3 +151,15 @@ class Prenormed(nn.Module):
 def test_a_norm_the_style_cannot_run_is_refused(tp2, norm, problem):
     with pytest.raises(ValueError, match=re.escape(f"BoostParallelStyle: norm 'norm': {problem}")):
         parallelize_module(Prenormed(norm), tp2, BoostParallelStyle(norm="norm"))
+
+
+def test_a_projection_named_by_a_name_the_module_lacks_is_refused_with_its_children(tp2):
+    # an nn.Sequential's children are "0", "1", "2": get_submodule("a") was a bare AttributeError
+    block = nn.Sequential(nn.Linear(8, 4), nn.SiLU(), nn.Linear(4, 8))
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "BoostParallelStyle: Sequential has no submodule 'a'; its children are ['0', '1', '2']"
+        ),
+    ):
+        parallelize_module(block, tp2, BoostParallelStyle(down="a", up="2"))

@@ -130,6 +130,14 @@ class BoostParallelStyle(ParallelStyle):
                 "BoostParallelStyle(down=..., up=...)"
             )
         ups = [up] if isinstance(up, str) else list(up)
+        names = dict(module.named_modules())
+        unknown = [n for n in (down, *ups, *([self.norm] if self.norm else [])) if n not in names]
+        if unknown:  # get_submodule's AttributeError would name neither the style nor what there is
+            children = [n for n, _ in module.named_children()]
+            raise ValueError(
+                f"BoostParallelStyle: {type(module).__name__} has no submodule {unknown[0]!r}; its children are "
+                f"{children}: name the down and up projections (and the norm) by these"
+            )
         if not isinstance(module.get_submodule(down), nn.Linear):
             raise ValueError(f"BoostParallelStyle: down projection {down!r} must be an nn.Linear")
         return down, ups
