@@ -66,6 +66,6 @@ def test_node_script_runs_the_preflight_at_the_world_size_and_the_python_it_is_g
     assert proc.stderr.strip().splitlines() == [
         "MARKING PYTHON RAN",
         "BOOST config error: parallelism.data_parallel_shard_degree = 2: tp×pp×dp_replicate×cp×dp_shard = 4 must "
-        "equal the world size 2 (NGPU); set data_parallel_shard_degree = -1 to fill the rest",
+        "equal the world size 2 (NGPU × NNODES); set data_parallel_shard_degree = -1 to fill the rest",
     ]
     assert not (tmp_path / "out").exists()

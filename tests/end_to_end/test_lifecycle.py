@@ -190,6 +190,22 @@ def straight(tmp_path_factory) -> dict[int, float]:
     return losses(log)
 
 
+def _terminated_while_held(
+    tmp_path: Path, folder: str, *overrides: str, **start
+) -> tuple[subprocess.Popen, Path]:
+    """``_start`` a run, SIGTERM every process of it (as Slurm signals a job) once every rank waits after
+    ``hold_after``, and let it go on once rank 0 has taken the request: its stop lands on a known boundary."""
+    proc, console = _start(tmp_path, folder, *overrides, **start)
+    held = _held(tmp_path, folder, proc, console, ngpu=start.get("ngpu", NGPU))
+    try:
+        for pid in [proc.pid, *_descendants(proc.pid)]:
+            os.kill(pid, signal.SIGTERM)
+        _until(lambda: STOPPING in console.read_text(), proc, console, "rank 0's stop line")
+    finally:
+        _release(held)
+    return proc, console
+
+
 def _stopped_then_resumed(tmp_path, straight, send, check_every: int = 2) -> tuple[int, str, int]:
     """Signal a run with ``send(launcher_pid, rank_pids)`` while its ranks wait after step 3 (its
     checkpoint saved); return its exit code, console, and the step it stopped at, and check that the
@@ -236,16 +252,9 @@ def test_a_stop_of_a_run_started_at_a_load_step_says_to_resume_at_the_stops_step
     # the same command would load its checkpoint.load_step again, not the stop's checkpoint
     opts = [*COMMON, "--checkpoint.interval", "2", "--boost.stop_check_every", "1"]
     train(tmp_path, *opts, steps=2, folder="pinned")  # a full step-2 (debug.toml keeps the last save full)
-    proc, console = _start(
+    proc, console = _terminated_while_held(
         tmp_path, "pinned", *opts, "--checkpoint.load_step", "2", steps=6, hold_after=3, ngpu=1
     )
-    held = _held(tmp_path, "pinned", proc, console, ngpu=1)
-    try:
-        for pid in [proc.pid, *_descendants(proc.pid)]:
-            os.kill(pid, signal.SIGTERM)
-        _until(lambda: STOPPING in console.read_text(), proc, console, "rank 0's stop line")
-    finally:
-        _release(held)
     assert proc.wait(timeout=HANG_GUARD_S) == 128 + signal.SIGTERM
     text = console.read_text()
     stop = re.search(r"BOOST: stopped by SIGTERM after step (\d+): checkpoint \S+ saved; (.*)", text)
@@ -261,16 +270,9 @@ def test_a_stop_at_the_last_step_says_the_training_is_done(tmp_path):
     # torchtitan's last save keeps the model alone here: "run the same command to resume" would have
     # named it a resume point, and the next run trained the last steps again from step 2
     opts = [*COMMON, "--checkpoint.interval", "2", "--boost.stop_check_every", "1"]
-    proc, console = _start(
+    proc, console = _terminated_while_held(
         tmp_path, "ended", *opts, "--checkpoint.last_save_model_only", steps=3, hold_after=3, ngpu=1
     )
-    held = _held(tmp_path, "ended", proc, console, ngpu=1)
-    try:
-        for pid in [proc.pid, *_descendants(proc.pid)]:
-            os.kill(pid, signal.SIGTERM)
-        _until(lambda: STOPPING in console.read_text(), proc, console, "rank 0's stop line")
-    finally:
-        _release(held)
     proc.wait(timeout=HANG_GUARD_S)
     text = console.read_text()
     stop = re.search(r"BOOST: stopped by SIGTERM after step (\d+): (.*)", text)
@@ -292,14 +294,7 @@ def test_a_stop_after_a_non_finite_step_saves_no_checkpoint(tmp_path):
         "--boost.stop_check_every",
         "2",
     ]
-    proc, console = _start(tmp_path, "diverged", *overrides, hold_after=3)
-    held = _held(tmp_path, "diverged", proc, console)
-    try:
-        for pid in [proc.pid, *_descendants(proc.pid)]:
-            os.kill(pid, signal.SIGTERM)
-        _until(lambda: STOPPING in console.read_text(), proc, console, "rank 0's stop line")
-    finally:
-        _release(held)
+    proc, console = _terminated_while_held(tmp_path, "diverged", *overrides, hold_after=3)
     assert proc.wait(timeout=HANG_GUARD_S) != 0
     text = console.read_text()
     assert "non-finite loss/gradients at step 4" in text, text[-3000:]
