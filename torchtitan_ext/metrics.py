@@ -25,6 +25,7 @@ non-finite guard (``torchtitan_ext.guards.nonfinite_guard``) reads it there, bef
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -129,17 +130,23 @@ class BoostMetricsProcessor(MetricsProcessor):
         grad_norm: float,
         extra_metrics: dict[str, Any] | None = None,
     ):
-        # the time a step took since the last log, however many steps that was (torchtitan: / log_freq)
+        # the time a step took since the last log, however many steps that was: torchtitan divides its one
+        # read of the clock (the one its throughput takes) by metrics.log_freq, which is asked for that read as
+        # the steps since the last log
         steps, self._steps_since_log = max(self._steps_since_log, 1), 0
-        extra = {"time_metrics/end_to_end(s)": (time.perf_counter() - self.time_last_log) / steps}
-        extra.update(extra_metrics or {})
+        extra = dict(extra_metrics or {})
         if self.last_comm is not None:
             extra["boost/comm_bytes_per_step"] = self.last_comm["bytes"]
             extra["boost/comm_count_per_step"] = self.last_comm["count"]
             extra["boost/host_syncs_per_step"] = self.last_comm["host_syncs"]
             for kind, nbytes in self.last_comm["by_kind"].items():
                 extra[f"boost/comm_bytes/{kind}"] = nbytes
-        super().log(step, global_avg_loss, global_max_loss, grad_norm, extra_metrics=extra)
+        metrics_config = self.job_config.metrics
+        self.job_config.metrics = dataclasses.replace(metrics_config, log_freq=steps)
+        try:
+            super().log(step, global_avg_loss, global_max_loss, grad_norm, extra_metrics=extra)
+        finally:
+            self.job_config.metrics = metrics_config
         if self.last_comm and self.last_comm["count"]:
             logger.info(
                 f"comm/step: {self.last_comm['summary']}, host syncs {self.last_comm['host_syncs']} "
