@@ -16,6 +16,7 @@ import datetime
 import torch
 
 from bench.harness import build, count_step, median, mesh_of, spawn, train_step
+from bench.run_command import command_as_run
 
 VARIANTS = {
     "grouped + online (BOOST)": dict(grouped=True, norm="online", ac="none"),
@@ -68,8 +69,7 @@ def main() -> None:
     lines = [
         f"# Ablations at TP={a.tp} on CPU/gloo — CoLA {a.flavor}, seq {a.seq}, batch {a.batch}, "
         f"{a.reps} interleaved reps",
-        f"date {datetime.date.today()}; command: python -m bench.ablations --tp {a.tp} --flavor {a.flavor} "
-        f"--seq {a.seq} --batch {a.batch} --reps {a.reps}",
+        f"date {datetime.date.today()}; command: {command_as_run('bench.ablations', p, a)}",
         "",
         "| variant | collectives/step | MiB/step | step s (median) | activation MiB (fwd-held, rank 0) |",
         "|---|---|---|---|---|",

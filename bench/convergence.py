@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from bench.plots import pyplot, save
+from bench.run_command import command_as_run
 from boost.training.rules import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -165,13 +166,7 @@ def main() -> None:
         f"machine: {platform.machine()}, {os.cpu_count()} cores, torch {torch.__version__}; "
         f"date {datetime.date.today()}"
     )
-    print(
-        f"command: python -m bench.convergence --flavor {a.flavor} --steps {a.steps}"
-        + (f" --png {a.png}" if a.png else "")
-        + (f" --corpus {a.corpus}" if a.corpus != "stdlib" else "")
-        + (" --runs " + " ".join(f'"{r}"' for r in a.runs) if len(a.runs) < len(RUNS) else "")
-        + "\n"
-    )
+    print(f"command: {command_as_run('bench.convergence', p, a)}\n")
     print(
         f"| run | final val loss | tokens | wall s | tokens to val loss {target:.3f} | s to val loss {target:.3f} |"
     )
