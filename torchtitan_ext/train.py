@@ -192,9 +192,8 @@ class BoostTrainer(Trainer):
             # over ranks and the tokens seen are then taken over the batch mesh only (torchtitan takes
             # both over dp × cp: the max a cp-th of the loss, the tokens cp times the data).
             loss = loss.detach()
-            if isinstance(
-                loss, DTensor
-            ):  # loss-parallel TP's replicated loss: functional collectives take tensors
+            # loss-parallel TP's loss is a replicated DTensor, and functional collectives take tensors
+            if isinstance(loss, DTensor):
                 loss = loss.full_tensor()
             cp_mesh = parallel_dims.get_optional_mesh("cp")
             window_loss = funcol.all_reduce(loss, "sum", cp_mesh) if cp_mesh is not None else loss
