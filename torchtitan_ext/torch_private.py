@@ -54,7 +54,8 @@ moments, handed to the update as the DTensors' local shards; the same signature 
 Named elsewhere in ``torchtitan_ext``, and checked with these: ``torch._utils._get_available_device_type`` and
 ``_get_device_module`` (``cpu.py``: torchtitan's device on a machine with no accelerator),
 ``torch._dynamo.callback.callback_handler`` (``startup_clock.py``: compile time, no public hook), and
-``torch.distributed._functional_collectives.all_reduce`` (``train.py``, ``validator.py``). The library's own
+``torch.distributed._functional_collectives.all_reduce`` (``train.py``, ``validator.py``),
+``torch._dynamo.list_backends`` (``preflight/job_rules.py``: ``compile.backend``). The library's own
 (``boost/`` imports torch alone) are listed in ``boost.runtime.torch_names``.
 
 A torch newer than the range runs where these names are there (``missing_private_api``, by feature:
