@@ -55,7 +55,7 @@ Named elsewhere in ``torchtitan_ext``, and checked with these: ``torch._utils._g
 ``_get_device_module`` (``cpu.py``: torchtitan's device on a machine with no accelerator),
 ``torch._dynamo.callback.callback_handler`` (``startup_clock.py``: compile time, no public hook), and
 ``torch.distributed._functional_collectives.all_reduce`` (``train.py``, ``validator.py``),
-``torch._dynamo.list_backends`` (``preflight/job_rules.py``: ``compile.backend``). The library's own
+``torch._dynamo.list_backends`` (``preflight/job_rules/job.py``: ``compile.backend``). The library's own
 (``boost/`` imports torch alone) are listed in ``boost.runtime.torch_names``.
 
 A torch newer than the range runs where these names are there (``missing_private_api``, by feature:
@@ -140,7 +140,7 @@ EXTENSION_PRIVATE_TORCH: dict[str, tuple[str, ...]] = {
     "torch.distributed.tensor": ("DTensor._op_dispatcher._custom_op_handlers",),
     "torch._utils": ("_get_available_device_type", "_get_device_module"),  # cpu.py: torchtitan on a CPU
     "torch._dynamo.callback": ("callback_handler",),  # startup_clock.py: compile time
-    "torch._dynamo": ("list_backends",),  # preflight/job_rules.py: compile.backend
+    "torch._dynamo": ("list_backends",),  # preflight/job_rules/job.py: compile.backend
 }
 
 

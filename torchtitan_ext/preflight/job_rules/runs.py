@@ -1,0 +1,119 @@
+"""The rows around the training: checkpoints, metrics, validation, profiling and communication.
+
+Rows of ``RULES`` (``torchtitan_ext.preflight.job_rules``), in table order."""
+
+from __future__ import annotations
+
+from boost.training import rules
+from torchtitan_ext.config import DRY_RUN_COMM_MODE
+from torchtitan_ext.preflight.job_rules.rule import JobContext, Rule, at_least, one_of
+from torchtitan_ext.preflight.job_rules.training import context_parallel_sequence, tokens_read_in_process
+
+# the longest a rank waits for a collective (seconds): a week. A collective waiting longer has hung, and
+# datetime.timedelta (which torch's process group takes) overflows not far above.
+MAX_COMM_TIMEOUT_S = 7 * 24 * 3600
+
+
+def _sequence_parallel_sequence(ctx: JobContext, seq_len: int) -> str | None:
+    """A sequence the validator runs, split over the TP ranks as training's is (``boost.sequence_parallel``)."""
+    return rules.sequence_parallel_length_problem(
+        ctx.boost.sequence_parallel, ctx.boost.tp_scheme, seq_len, ctx.tp
+    )
+
+
+def _validation_applies(ctx: JobContext) -> bool:
+    """when validation.enable"""
+    return ctx.job.validation.enable
+
+
+def _profiling_applies(ctx: JobContext) -> bool:
+    """when profiling.enable_profiling"""
+    return ctx.job.profiling.enable_profiling
+
+
+def _comm_timeout(field: str) -> Rule:
+    return Rule(
+        field,
+        f"in [1, {MAX_COMM_TIMEOUT_S}] (a week)",
+        lambda c: (
+            None
+            if 1 <= c.value(field) <= MAX_COMM_TIMEOUT_S
+            else f"must lie in [1, {MAX_COMM_TIMEOUT_S}] seconds (a week): a collective waiting longer has hung"
+        ),
+    )
+
+
+ROWS: tuple[Rule, ...] = (
+    # Checkpoints, metrics, validation, profiling, communication
+    at_least("checkpoint.interval", 1),
+    Rule(
+        "checkpoint.keep_latest_k",
+        "0 (keep all) or ≥ 2",
+        lambda c: (
+            None
+            if c.job.checkpoint.keep_latest_k == 0 or c.job.checkpoint.keep_latest_k >= 2
+            else "use 0 to keep every checkpoint, or at least 2 (the newest may still be being written)"
+        ),
+    ),
+    at_least("checkpoint.load_step", -1, "-1: the newest"),
+    Rule(
+        "checkpoint.last_save_in_hf",
+        "false (BOOST's model has no state-dict adapter in torchtitan; export after training)",
+        lambda c: (
+            "BOOST gives torchtitan's checkpointer no Hugging Face state-dict adapter: set it false, and export "
+            "the saved checkpoint with python -m boost.after_training.interop export --config <toml> --out <dir>"
+            if c.job.checkpoint.enable and c.job.checkpoint.last_save_in_hf
+            else None
+        ),
+    ),
+    at_least("metrics.log_freq", 1),
+    at_least("validation.freq", 1, when=_validation_applies),
+    Rule(
+        "validation.steps",
+        "-1 (the whole set) or ≥ 1 (torchtitan checks it even when validation is off)",
+        lambda c: (
+            None
+            if c.job.validation.steps == -1 or c.job.validation.steps >= 1
+            else "use -1 for the whole validation set, or at least 1"
+        ),
+    ),
+    at_least("validation.local_batch_size", 1, when=_validation_applies),
+    at_least("validation.seq_len", 2, when=_validation_applies),
+    Rule(
+        "validation.seq_len",
+        "divisible as training.seq_len under CP and sequence parallelism, when validation.enable",
+        lambda c: (
+            context_parallel_sequence(c, c.job.validation.seq_len)
+            or _sequence_parallel_sequence(c, c.job.validation.seq_len)
+            if _validation_applies(c)
+            else None
+        ),
+    ),
+    Rule(
+        "validation.dataloader.num_workers",
+        '0 when validation.dataset = "tokens" and validation.enable',
+        tokens_read_in_process("validation"),
+    ),
+    at_least("profiling.profile_freq", 1, when=_profiling_applies),
+    at_least("profiling.profiler_active", 1, when=_profiling_applies),
+    at_least("profiling.profiler_warmup", 0, when=_profiling_applies),
+    _comm_timeout("comm.init_timeout_seconds"),
+    _comm_timeout("comm.train_timeout_seconds"),
+    # torch's LocalTensor simulation of every rank in one process: BOOST's seeded init reads each rank's
+    # shard offsets as whole numbers, which it makes per-rank symbols (it stops there with an AttributeError)
+    one_of(
+        "comm.mode",
+        ("default", DRY_RUN_COMM_MODE),
+        "fake_backend is DRY_RUN=1's; local_tensor does not run BOOST",
+    ),
+    Rule(
+        "checkpoint.enable",
+        "false in a dry run (comm.mode fake_backend)",
+        lambda c: (
+            "a dry run plays one rank of NGPU, and a checkpoint holds every rank's shards: its save at the last "
+            "step cannot be planned across the fake process group; pass --checkpoint.no-enable"
+            if c.job.comm.mode == DRY_RUN_COMM_MODE and c.job.checkpoint.enable
+            else None
+        ),
+    ),
+)
