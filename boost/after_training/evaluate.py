@@ -216,8 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         texts, name = corpus_texts(config, ns.data)
         run = load_run(ns.config, ns.checkpoint, ns.tokenizer, max_seq_len=seq_len, overrides=overrides)
         rank = shard_for_inference(run.model, run.config)
-        eos = [run.tokenizer.eos_id] if run.tokenizer.eos_id is not None else []
-        documents = (run.tokenizer.encode(t) + eos for t in texts)
+        documents = (run.tokenizer.encode(t, eos=True) for t in texts)
         result = score(
             run.model, list(packed_windows(documents, seq_len)), token_byte_lengths(run.tokenizer),
             ns.batch_size, ns.max_tokens, progress=rank == 0, eos_id=run.tokenizer.eos_id,

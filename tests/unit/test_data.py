@@ -26,14 +26,19 @@ from boost.after_training.hf_folder import write_tokenizer
 from boost.training.config_error import ConfigError
 from boost.training.data.local_files import read_local_corpus
 from boost.training.data.offline_tokenizer import BOS_TOKEN, EOS_TOKEN
-from boost.training.data.run_tokenizer import RunError, load_tokenizer
+from boost.training.data.run_tokenizer import RunError, load_tokenizer, read_toml, run_tokenizer_dir
 from boost.training.data.stdlib_corpus import stdlib_files, stdlib_root
 from torchtitan_ext.data.text_datasets import (
     build_boost_dataloader,
     build_boost_validation_dataloader,
     load_local_dataset,
 )
-from torchtitan_ext.data.tokenizer import boost_vocab_size, build_boost_tokenizer, check_tokenizer_assets
+from torchtitan_ext.data.tokenizer import (
+    boost_tokenizer_dir,
+    boost_vocab_size,
+    build_boost_tokenizer,
+    check_tokenizer_assets,
+)
 
 VOCAB = 1024  # not the default 2048, so a passing size check proves the config is read
 SEQ_LEN, BATCH = 32, 2
@@ -520,6 +525,35 @@ def test_a_special_token_the_tokenizer_does_not_hold_is_refused_by_every_reader(
         load_tokenizer(tmp_path)
     with pytest.raises(ValueError, match=re.escape(said)):
         write_tokenizer(tmp_path, tmp_path / "exported", model_max_length=64)
+
+
+def test_the_tools_read_the_tokenizer_the_trainer_reads(tmp_path, tokenizer, cache_dir):
+    # prepare --config and the after-training tools resolve a TOML's tokenizer as the trainer does: the
+    # deprecated model.tokenizer_path, which torchtitan copies over model.hf_assets_path, included
+    from tokenizers import Tokenizer, processors
+
+    folder = tmp_path / "post-processed"
+    folder.mkdir()
+    own = Tokenizer.from_file(str(Path(tokenizer.tokenizer_path) / "tokenizer.json"))
+    own.post_processor = processors.TemplateProcessing(
+        single=f"{BOS_TOKEN} $A", special_tokens=[(BOS_TOKEN, own.token_to_id(BOS_TOKEN))]
+    )
+    own.save(str(folder / "tokenizer.json"))  # and no tokenizer_config.json: torchtitan knows no BOS or EOS
+    toml = tmp_path / "run.toml"
+    for model in (f'tokenizer_path = "{folder}"', f'hf_assets_path = "{folder}"'):
+        toml.write_text(
+            f'[model]\n{model}\n[boost]\ncache_dir = "{cache_dir}"\ntokenizer_vocab_size = {VOCAB}\n'
+        )
+        trainer = ConfigManager().parse_args(["--job.config_file", str(toml), "--job.custom_config_module",
+                                              "torchtitan_ext.config"])  # fmt: skip
+        assert run_tokenizer_dir(read_toml(toml)) == boost_tokenizer_dir(trainer) == folder
+
+    # a prompt's ids (generate, evaluate) are torchtitan's for the same text, the post-processor's BOS kept
+    reference, ours = build_boost_tokenizer(trainer), load_tokenizer(folder)
+    for text in ("def f(x):", "", "naïve café"):
+        for bos, eos in ((True, False), (True, True), (False, False)):
+            assert ours.encode(text, bos=bos, eos=eos) == reference.encode(text, add_bos=bos, add_eos=eos)
+    assert ours.encode("def f(x):")[0] == own.token_to_id(BOS_TOKEN)
 
 
 def test_registration_is_idempotent_and_other_names_fall_through(tokenizer, cache_dir):

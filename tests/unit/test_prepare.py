@@ -16,6 +16,7 @@ import itertools
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -123,13 +124,39 @@ def prepared(tmp_path_factory, corpus, tokenizer_folder) -> Path:
 # ----------------------------------------------------------------------------- framing and format
 
 
+def _with_post_processor(source: Path, folder: Path, template: str, config: bool) -> Path:
+    """``source``'s tokenizer whose own post-processor frames each text by ``template``, with ``source``'s
+    tokenizer_config.json (naming BOS and EOS) or with none."""
+    from tokenizers import Tokenizer, processors
+
+    tokenizer = Tokenizer.from_file(str(source / "tokenizer.json"))
+    special = [
+        (t, tokenizer.token_to_id(t)) for t in ("<|begin_of_text|>", "<|end_of_text|>") if t in template
+    ]
+    tokenizer.post_processor = processors.TemplateProcessing(single=template, special_tokens=special)
+    folder.mkdir()
+    tokenizer.save(str(folder / "tokenizer.json"))
+    if config:
+        (folder / "tokenizer_config.json").write_text((source / "tokenizer_config.json").read_text())
+    return folder
+
+
 def test_ids_are_torchtitans_framing_read_back_through_the_manifest(tmp_path, tokenizer_folder):
-    # The offline BPE (no post-processor) and an exported folder's copy, whose post-processor adds BOS
-    # itself: torchtitan's HuggingFaceTokenizer then adds none, and the framing must still agree.
+    # The offline BPE (no post-processor), an exported folder's copy, whose post-processor adds BOS itself,
+    # and folders whose post-processor adds BOS (and EOS), with and without a tokenizer_config.json naming
+    # them: torchtitan's HuggingFaceTokenizer keeps the post-processor's tokens and adds only those it did
+    # not, and the framing must still agree (without a config torchtitan knows no BOS or EOS to add).
     exported = tmp_path / "exported"
     exported.mkdir()
     write_tokenizer(tokenizer_folder, exported, model_max_length=128)
-    for folder in (tokenizer_folder, exported):
+    post_processed = [
+        _with_post_processor(tokenizer_folder, tmp_path / name, template, config)
+        for name, template, config in [
+            ("bos-no-config", "<|begin_of_text|> $A", False),
+            ("bos-eos-config", "<|begin_of_text|> $A <|end_of_text|>", True),
+        ]
+    ]
+    for folder in (tokenizer_folder, exported, *post_processed):
         reference = HuggingFaceTokenizer(str(folder))
         expected = [reference.encode(t, add_bos=True, add_eos=True) for t in TEXTS]
         out = tmp_path / f"tokens-{folder.name}"
@@ -395,6 +422,31 @@ def test_bad_input_is_refused_in_one_line_or_counted_with_skip_bad(case, tmp_pat
         (str(good), 1, 0),
         (str(path), kept, 1),
     ]
+
+
+def test_a_parquet_file_that_breaks_partway_says_what_skip_bad_keeps(tmp_path, tokenizer_folder, capsys):
+    # row groups of 1,000 rows, the third's first page header overwritten: the rows before it are read and
+    # prepared before the error, so --skip-bad keeps them, and the one-line message says how many
+    path = tmp_path / "p.parquet"
+    pq.write_table(pa.table({"text": [f"document {i}" for i in range(3000)]}), path, row_group_size=1000)
+    column = pq.ParquetFile(path).metadata.row_group(2).column(0)
+    start = column.dictionary_page_offset or column.data_page_offset
+    with open(path, "r+b") as f:
+        f.seek(start)
+        f.write(b"\xff" * 16)
+    out = tmp_path / "tokens"
+    argv = ["--tokenizer", str(tokenizer_folder), "--input", str(path), "--output", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    said = re.fullmatch(
+        rf"error: {re.escape(str(path))} row (\d+) is not a readable parquet file \([^\n]+\); write it with "
+        r"pyarrow or pandas' to_parquet, or pass --skip-bad to keep its (\d+) rows before\n",
+        err,
+    )
+    assert said and said[1] == said[2] and 0 < int(said[1]) <= 2000, err
+    assert main([*argv, "--skip-bad"]) == 0
+    manifest = read_manifest(out, "training.dataset_path")
+    assert [(f.documents, f.skipped) for f in manifest.inputs] == [(int(said[1]), 1)]
 
 
 def test_inputs_and_options_refused_by_name(tmp_path, tokenizer_folder, capsys):

@@ -1,9 +1,10 @@
 """The tokenizer a run trains with, read as its trainer reads it, and the TOML that names it.
 
 ``read_toml`` reads a run's TOML; ``run_tokenizer_dir`` is the folder its trainer takes the tokenizer
-from (``model.hf_assets_path``, else the cached offline BPE of
-``boost.training.data.offline_tokenizer``); ``load_tokenizer`` reads that folder's ``tokenizer.json``
-with the BOS/EOS ids every training document was framed with (``TextTokenizer``). ``RunError`` names
+from (``model.hf_assets_path``, or the deprecated ``model.tokenizer_path`` torchtitan copies over it; else
+the cached offline BPE of ``boost.training.data.offline_tokenizer``); ``load_tokenizer`` reads that folder's
+``tokenizer.json`` with the BOS/EOS ids every training document was framed with, and whether its own
+post-processor adds them (``TextTokenizer``, which frames a text as torchtitan does). ``RunError`` names
 the file and the fix. ``python -m boost.training.data.prepare`` tokenizes a corpus with it;
 ``boost.after_training.trained_run`` reads a finished run's with it.
 """
@@ -33,17 +34,28 @@ class RunError(ValueError):
 
 @dataclass
 class TextTokenizer:
-    """The run's tokenizer with the BOS/EOS ids the trainer framed every document with."""
+    """The run's tokenizer with the BOS/EOS ids the trainer framed every document with, and whether the
+    tokenizer's own post-processor adds them (``adds_bos``/``adds_eos``: torchtitan's ``hf_adds_bos`` and
+    ``hf_adds_eos``, read from the ids of an empty text as torchtitan reads them)."""
 
     tokenizer: Tokenizer
     bos_id: int | None
     eos_id: int | None
     folder: Path
+    adds_bos: bool = False
+    adds_eos: bool = False
 
-    def encode(self, text: str, bos: bool = True) -> list[int]:
-        """Token ids of ``text``, led by BOS as every training document was."""
-        ids = self.tokenizer.encode(text, add_special_tokens=False).ids
-        return ([self.bos_id] if bos and self.bos_id is not None else []) + ids
+    def encode(self, text: str, bos: bool = True, eos: bool = False) -> list[int]:
+        """Token ids of ``text`` as torchtitan's ``HuggingFaceTokenizer.encode(text, add_bos=bos, add_eos=eos)``
+        gives them: the tokenizer's ids, its post-processor's tokens included, led by BOS (as every training
+        document was) and ended by EOS where asked and the post-processor added none."""
+        return self.frame(self.tokenizer.encode(text).ids, bos, eos)
+
+    def frame(self, ids: list[int], bos: bool = True, eos: bool = False) -> list[int]:
+        """``ids`` (the tokenizer's, post-processor included) with the BOS and EOS torchtitan adds to them."""
+        head = [self.bos_id] if bos and self.bos_id is not None and not self.adds_bos else []
+        tail = [self.eos_id] if eos and self.eos_id is not None and not self.adds_eos else []
+        return head + ids + tail
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=True)
@@ -155,12 +167,14 @@ def load_tokenizer(folder: str | Path) -> TextTokenizer:
     if missing:
         raise RunError(f"{config_file}: {missing}")
     bos, eos = (special_token_text(config.get(key)) for key in ("bos_token", "eos_token"))
+    bos_id = tokenizer.token_to_id(bos) if bos else None
+    eos_id = tokenizer.token_to_id(eos) if eos else None
+    # torchtitan's _infer_should_add_bos_eos: the post-processor adds BOS (EOS) where an empty text's ids hold it
+    empty = tokenizer.encode("").ids
     return TextTokenizer(
-        tokenizer,
-        tokenizer.token_to_id(bos) if bos else None,
-        tokenizer.token_to_id(eos) if eos else None,
-        folder,
-    )
+        tokenizer, bos_id, eos_id, folder, adds_bos=bos_id is not None and bos_id in empty,
+        adds_eos=eos_id is not None and eos_id in empty,
+    )  # fmt: skip
 
 
 def special_token_text(token: str | dict | None) -> str | None:
@@ -187,10 +201,11 @@ def missing_special_tokens(tokenizer: Tokenizer, config: dict) -> str | None:
 
 
 def run_tokenizer_dir(config: dict) -> Path:
-    """The tokenizer folder the trainer used for this TOML."""
-    boost = config.get("boost", {})
+    """The tokenizer folder the trainer used for this TOML: ``model.tokenizer_path`` where set (torchtitan copies
+    the deprecated field over ``model.hf_assets_path``), else ``model.hf_assets_path``."""
+    boost, model = config.get("boost", {}), config.get("model", {})
     return tokenizer_dir(
-        config.get("model", {}).get("hf_assets_path", ""),
+        model.get("tokenizer_path") or model.get("hf_assets_path", ""),
         boost.get("tokenizer_vocab_size", BoostOptions.tokenizer_vocab_size),
         boost.get("cache_dir", BoostOptions.cache_dir),
     )

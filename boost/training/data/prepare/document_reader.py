@@ -8,8 +8,8 @@ A ``.txt`` file is one document, read as ``local`` reads it (UTF-8, no NUL byte,
 Bad input — a truncated or corrupt ``.gz``, a line that is not UTF-8 or not a JSON object, a record
 without the field or whose field is not a string (or holds a lone surrogate, which no tokenizer
 accepts), a null parquet value, an empty file — raises ``BadInput``, one line naming the file and
-line and the fix. With ``skip_bad`` the record (the rest of a truncated stream, a whole unreadable
-file) is left out instead and counted in ``skipped``.
+line and the fix. With ``skip_bad`` the record (the rest of a truncated stream or of a parquet file whose
+row group does not decode, a whole unreadable file) is left out instead and counted in ``skipped``.
 """
 
 from __future__ import annotations
@@ -204,6 +204,7 @@ class DocumentReader:
 
         field, size = self.text_field, self.path.stat().st_size
         skip_file = "or pass --skip-bad to skip the file"
+        row = 0  # the rows read (and prepared) before any error
         try:
             parquet = pq.ParquetFile(self.path)
             schema = parquet.schema_arrow
@@ -228,7 +229,6 @@ class DocumentReader:
             if rows == 0:
                 self._empty("holds no row")
                 return
-            row = 0
             for batch in parquet.iter_batches(batch_size=1024, columns=[field]):
                 for text in batch.column(0).to_pylist():
                     if text is None:
@@ -238,9 +238,12 @@ class DocumentReader:
                     row += 1
                 self.bytes_read = size * row // rows
         except (pa.ArrowException, OSError) as e:
+            # a row group that does not decode ends the file where its rows before are prepared already
+            # (as a truncated .gz's lines before): the message says what --skip-bad keeps
+            detail = " ".join(str(e).split())  # pyarrow's messages span lines; the error is one
             self.bad(
-                str(self.path),
-                f"is not a readable parquet file ({e})",
+                str(self.path) if row == 0 else f"{self.path} row {row}",
+                f"is not a readable parquet file ({detail})",
                 "write it with pyarrow or pandas' to_parquet",
-                skip_file,
+                skip_file if row == 0 else f"or pass --skip-bad to keep its {row} rows before",
             )

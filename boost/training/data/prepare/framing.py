@@ -1,8 +1,9 @@
 """Documents framed as the trainer frames them: ``[BOS] ids [EOS]``, a batch at a time.
 
 torchtitan's packing dataset encodes each text with ``HuggingFaceTokenizer.encode(text, add_bos=True,
-add_eos=True)``: the tokenizer's ids with BOS before and EOS after, each where the tokenizer folder
-names one (``boost.training.data.run_tokenizer.load_tokenizer`` reads them as torchtitan does). The ids come from the
+add_eos=True)``: the tokenizer's ids (its post-processor's tokens included) with BOS before and EOS after,
+each where the tokenizer folder names one and the post-processor did not add it
+(``boost.training.data.run_tokenizer.load_tokenizer`` reads them as torchtitan does). The ids come from the
 Rust tokenizer's ``encode_batch`` (the ids of ``encode``, a batch spread over the process's threads;
 ``encode_batch_fast``, which skips the offsets, measured the same CPU time on a byte-level BPE).
 """
@@ -27,13 +28,9 @@ def frame_batch(tokenizer: TextTokenizer, texts: Sequence[str], typecode: str) -
         >>> tokens[0] == tokens[lengths[0]] == tokenizer.bos_id, tokens[-1] == tokenizer.eos_id, lengths[1]
         (True, True, 2)
     """
-    head = [tokenizer.bos_id] if tokenizer.bos_id is not None else []
-    tail = [tokenizer.eos_id] if tokenizer.eos_id is not None else []
     tokens, lengths = array(typecode), []
-    for encoding in tokenizer.tokenizer.encode_batch(list(texts), add_special_tokens=False):
-        ids = encoding.ids
-        tokens.extend(head)
-        tokens.extend(ids)
-        tokens.extend(tail)
-        lengths.append(len(head) + len(ids) + len(tail))
+    for encoding in tokenizer.tokenizer.encode_batch(list(texts)):
+        framed = tokenizer.frame(encoding.ids, bos=True, eos=True)
+        tokens.extend(framed)
+        lengths.append(len(framed))
     return tokens, lengths
