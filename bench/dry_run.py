@@ -3,24 +3,29 @@
 Each row runs as rank 0 of ``NGPU`` on torchtitan's fake process group (``DRY_RUN=1 ./run_train.sh``:
 one process, no communication): the real layout, pipeline stages included, the real model shard, real
 training steps. A row is a flavor's TOML (``train_configs/{flavor}.toml``: CoLA, BTP) with its kind's
-overrides (``torchtitan_ext.config.linear_kind_overrides``: svd; lax; full with Megatron and
-full AC), as shipped except a short sequence, micro-batch 1 (``pp`` micro-batches under PP, so 1F1B
-fills), fp32 instead of bf16 (bf16 GEMMs are slow on CPU), ``--compile.backend aot_eager`` where
-compile is on, and no checkpoint or validation (a 7B checkpoint shard would be gigabytes of disk;
-validation is 20 × 4096-token batches).
+overrides (``torchtitan_ext.config.linear_kind_overrides``: svd; lax; full with its TP scheme, Megatron,
+and full AC where the TOML's lowrank AC does not apply to it), as shipped except a short sequence,
+micro-batch 1 (``pp`` micro-batches under PP, so 1F1B fills), fp32 instead of bf16 (bf16 GEMMs are slow
+on CPU), ``--compile.backend aot_eager`` where compile is on, and no checkpoint or validation (a 7B
+checkpoint shard would be gigabytes of disk; validation is 20 × 4096-token batches).
 
-    python -m bench.dry_run                              # every row -> bench/results/dry_run.md
-    python -m bench.dry_run --rows 7B_cola 30B_cola --steps 1 --seq-len 64 -- --compile.no-enable
+    python -m bench.dry_run -- --compile.no-enable       # every row, eager -> bench/results/dry_run.md
+    python -m bench.dry_run --rows 7B_cola 30B_cola --steps 1 --seq-len 64 --out /tmp/dr.md -- --compile.no-enable
     # a long window over context parallelism (each rank s/cp of it) at a world size of your own
     python -m bench.dry_run --rows 7B_cola 7B_lax --steps 1 --seq-len 32768 --cp 16 --world-size 64 \
         --out bench/results/dry_run_32k.md -- --compile.no-enable
 
-Columns: peak RSS of the process; the per-rank memory ``boost.planning.layout_planner.memory_per_gpu`` predicts for the
-layout (fp32, no GPU workspace); CPU seconds and wall seconds to the first step's log line (the
-machine is shared: CPU seconds are the steadier number). A dry-run rank should stay within
-``1.5 × predicted + PROCESS_OVERHEAD`` (Python, torch, torchtitan and the tokenizer in memory).
-Under PP rank 0 holds the first stage: the loss is the last stage's, and the gradients arriving from
-stage 1 are zeros (nothing arrives on a fake process group), so the table shows no loss there.
+A run keeps the rows ``--out`` already holds that it does not rerun, provided they were made at the same
+settings (``--steps``, ``--seq-len``, ``--cp``, ``--world-size`` and the overrides after ``--``, read from
+the command the file's header names); a file made at other settings is refused, not mixed under one header.
+
+Columns: peak RSS of the process; the per-rank memory ``boost.planning.layout_planner.memory_per_gpu``
+predicts for the layout (fp32, no GPU workspace); wall seconds to the first step's log line, and CPU
+seconds of the whole process, user + system, to its exit (the machine is shared: CPU seconds are the
+steadier number). A dry-run rank should stay within ``1.5 × predicted + PROCESS_OVERHEAD`` (Python, torch,
+torchtitan and the tokenizer in memory). Under PP rank 0 holds the first stage: the loss is the last
+stage's, and the gradients arriving from stage 1 are zeros (nothing arrives on a fake process group), so
+the table shows no loss there.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -40,6 +46,9 @@ try:
 except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
+from bench.child_process import Lines, kill_group
+from bench.cli_types import positive_int
+from bench.run_command import command_as_run
 from boost.planning.layout_planner import memory_per_gpu
 from boost.training.rules import data_parallel_degree, reshards_after_forward
 from torchtitan_ext.config import linear_kind_overrides
@@ -211,22 +220,9 @@ def dry_run(
             CONFIG_FILE=f"train_configs/{flavor}.toml",
             PYTHON=sys.executable,
         )
-        start = time.perf_counter()
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-        )
-        lines, first_step = [], None
-        for line in proc.stdout:
-            lines.append(line)
-            if first_step is None and re.search(r"step:\s+1\s", line):
-                first_step = time.perf_counter() - start
-            if time.perf_counter() - start > timeout:
-                proc.kill()
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
-    log = "".join(lines)
-    if proc.returncode != 0 or first_step is None:
-        raise RuntimeError(f"{flavor} {kind} at {world_size}: exit {proc.returncode}\n" + log[-4000:])
+        returncode, log, first_step, usage = run_logged(cmd, env, timeout)
+    if returncode != 0 or first_step is None:
+        raise RuntimeError(f"{flavor} {kind} at {world_size}: exit {returncode}\n" + log[-4000:])
     stamps = {
         key: _stamp(log, pattern)
         for key, pattern in (("built", r"total parameters"), ("ready", r"Trainer is initialized"))
@@ -252,6 +248,30 @@ def dry_run(
         global_batch=int(re.search(r"global batch size (\d+)", log).group(1)),
         note=" ".join(_without_linear(overrides)),
     )
+
+
+def run_logged(cmd: list[str], env: dict, timeout: float) -> tuple[int, str, float | None, os.struct_rusage]:
+    """Run ``cmd`` (in the checkout, its own process group) to its exit or ``timeout`` seconds, whichever
+    comes first; its exit code, its output (a last line saying so where it was stopped), the wall seconds
+    to its first step's log line (``None``: none logged), and its resource usage. Lines are read on a
+    thread: a child that hangs without printing is stopped at the deadline all the same."""
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        start_new_session=True,  # the launcher, torchrun and the rank are killed together
+    )  # fmt: skip
+    reader, lines, first_step = Lines(proc), [], None
+    try:
+        while (line := reader.next(start + timeout)) is not None:
+            lines.append(line)
+            if first_step is None and re.search(r"step:\s+1\s", line):
+                first_step = time.perf_counter() - start
+    except TimeoutError:
+        lines.append(f"bench.dry_run: stopped after --timeout {timeout:g} s\n")
+    finally:
+        kill_group(proc)
+        _, status, usage = os.wait4(proc.pid, 0)  # not proc.wait(): the usage is the exit's
+    return os.waitstatus_to_exitcode(status), "".join(lines), first_step, usage
 
 
 def cp_layout(config: dict) -> str:
@@ -281,10 +301,11 @@ def _stamp(log: str, pattern: str) -> float:
 HEADER = """# Dry runs of the shipped flavors at their real world size (rank 0, fake process group)
 
 `{command}` on this machine (2 CPU cores, shared), {date}. fp32, seq {seq_len}, micro-batch 1,
-{steps} step(s); {compile_note}.
+{steps} step(s); {compile_note}.{kept}
 A row is `train_configs/{{flavor}}.toml` (CoLA, BTP) with its kind's overrides
 (`torchtitan_ext.config.linear_kind_overrides`, listed under "overrides"): lax runs the TOML's layout, PP
-included (its carry crosses the stages); full is the dense model under Megatron TP with full AC.
+included (its carry crosses the stages); full is the dense model under Megatron TP, with full AC where
+the TOML's lowrank AC does not apply to it (the TOML's own AC otherwise: the 1B's none).
 `predicted` is `boost.planning.layout_planner.memory_per_gpu` for the layout (fp32, without the GPU workspace);
 `ratio` is peak RSS / (predicted + {overhead:.1f} GiB process overhead). build+init: from the model's size
 line to "Trainer is initialized" (model on meta, parallelise, materialise, seeded init of this rank's
@@ -332,52 +353,103 @@ def _existing_rows(path: Path) -> dict[tuple[str, str], str]:
     return rows
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.dry_run", description=__doc__.split("\n\n")[0])
+# what a row's numbers depend on besides its flavor and kind: rows kept in one file agree on these
+SETTINGS = ("steps", "seq_len", "cp", "world_size", "extra")
+
+
+def settings(opts: argparse.Namespace) -> dict:
+    return {name: getattr(opts, name) for name in SETTINGS}
+
+
+def file_settings(path: Path, parser: argparse.ArgumentParser) -> dict | None:
+    """The settings of the command ``path``'s header names (``None``: it names none this parser reads)."""
+    match = re.search(r"^`(python -m bench\.dry_run(?: [^`]*)?)`", path.read_text(), re.M)
+    if match is None:
+        return None
+    try:
+        return settings(parser.parse_args(shlex.split(match.group(1))[3:]))
+    except SystemExit:  # argparse's exit on a command it cannot read
+        return None
+
+
+def _layout_problem(name: str, config: dict, world_size: int) -> str | None:
+    """Why ``world_size`` ranks cannot hold the config's mesh (``None``: they can)."""
+    par = config["parallelism"]
+    fixed = {
+        "tp": par.get("tensor_parallel_degree", 1),
+        "pp": par.get("pipeline_parallel_degree", 1),
+        "cp": par.get("context_parallel_degree", 1),
+        "dp_replicate": par.get("data_parallel_replicate_degree", 1),
+    }
+    shard = par.get("data_parallel_shard_degree", -1)
+    product = fixed["tp"] * fixed["pp"] * fixed["cp"] * fixed["dp_replicate"]
+    mesh = " × ".join(f"{k} {v}" for k, v in fixed.items())
+    if shard == -1 and world_size % product:
+        return f"{name}: {world_size} ranks do not divide into {mesh}; pass a multiple of {product}"
+    if shard != -1 and world_size != product * shard:
+        return f"{name}: {world_size} ranks are not {mesh} × dp_shard {shard}; pass {product * shard}"
+    return None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.dry_run", description=__doc__.split("\n\n")[0])
     names = [row_name(*r) for r in shipped_rows()]
-    parser.add_argument("--rows", nargs="*", default=names, help="flavor_kind, e.g. 7B_cola 30B_full")
-    parser.add_argument("--steps", type=int, default=2)
-    parser.add_argument("--seq-len", type=int, default=256)
-    parser.add_argument(
+    p.add_argument("--rows", nargs="*", default=names, help="flavor_kind, e.g. 7B_cola 30B_full")
+    p.add_argument("--steps", type=positive_int, default=2)
+    p.add_argument("--seq-len", type=positive_int, default=256)
+    p.add_argument(
         "--max-predicted-gib",
         type=float,
         default=14.0,
         help="skip (and say so) rows predicted above this: the machine is shared",
     )
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per row")
-    parser.add_argument(
-        "--cp", type=int, default=1, help="context-parallel degree (each rank s/cp of a window)"
+    p.add_argument("--timeout", type=float, default=1800.0, help="seconds per row")
+    p.add_argument(
+        "--cp", type=positive_int, default=1, help="context-parallel degree (each rank s/cp of a window)"
     )
-    parser.add_argument(
-        "--world-size", type=int, default=None, help="NGPU for every row (default: WORLD_SIZES)"
+    p.add_argument(
+        "--world-size", type=positive_int, default=None, help="NGPU for every row (default: WORLD_SIZES)"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument(
+    p.add_argument("--out", type=Path, default=RESULTS)
+    p.add_argument(
         "extra", nargs="*", help="after --: more overrides for every run, e.g. -- --compile.no-enable"
     )
-    opts = parser.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser_ = parser()
+    opts = parser_.parse_args(argv)
+    names = [row_name(*r) for r in shipped_rows()]
     unknown = [r for r in opts.rows if r not in names]
     if unknown:
-        parser.error(f"--rows: {unknown} are not shipped 1B..30B rows; choose from {names}")
+        parser_.error(f"--rows: {unknown} are not shipped 1B..30B rows; choose from {names}")
+    if opts.timeout <= 0:
+        parser_.error(f"--timeout {opts.timeout:g}: seconds per row, more than 0")
+    extra = (
+        ["--parallelism.context_parallel_degree", str(opts.cp), *opts.extra] if opts.cp > 1 else opts.extra
+    )
+    configs = {}
+    for name in opts.rows:
+        flavor, kind = name.split("_")
+        toml = flavor_toml(flavor)
+        configs[name] = effective_config(toml, [*linear_kind_overrides(kind, toml), *extra])
+        problem = _layout_problem(name, configs[name], opts.world_size or WORLD_SIZES[flavor])
+        if problem is not None:
+            parser_.error(f"--world-size {opts.world_size}: {problem}")
     rows = _existing_rows(opts.out)
+    if rows:
+        theirs = file_settings(opts.out, parser_)
+        if theirs != settings(opts):
+            parser_.error(
+                f"--out {opts.out} holds rows made at {theirs or 'settings its header does not name'}, this run's "
+                f"are {settings(opts)}: pass another --out (or remove the file) rather than mix them under one header"
+            )
+    kept = sorted({row_name(*r) for r in rows} - set(opts.rows))
     failed = 0
     compiled = "--compile.no-enable" not in opts.extra
-    if opts.cp > 1:
-        opts.extra = ["--parallelism.context_parallel_degree", str(opts.cp), *opts.extra]
 
     def save() -> None:
-        layout = (f" --cp {opts.cp}" if opts.cp > 1 else "") + (
-            f" --world-size {opts.world_size}" if opts.world_size else ""
-        )
-        extra = opts.extra[2:] if opts.cp > 1 else opts.extra
-        command = " ".join(
-            [
-                "python -m bench.dry_run",
-                f"--steps {opts.steps} --seq-len {opts.seq_len}{layout}",
-                "--",
-                *extra,
-            ]
-        )
         compile_note = (
             "compiled as shipped (`--compile.backend aot_eager`)"
             if compiled
@@ -386,20 +458,24 @@ def main(argv: list[str] | None = None) -> int:
         write_table(
             rows,
             opts.out,
-            command=command,
+            command=command_as_run("bench.dry_run", parser_, opts),
             date=time.strftime("%Y-%m-%d"),
             seq_len=opts.seq_len,
             steps=opts.steps,
             overhead=PROCESS_OVERHEAD / 2**30,
             compile_note=compile_note,
+            kept=(
+                f"\nRows {', '.join(kept)}: kept from earlier runs of this command's settings (steps, seq, cp, "
+                "world size, overrides)."
+                if kept
+                else ""
+            ),
         )
 
     for name in opts.rows:
         flavor, kind = name.split("_")
         world = opts.world_size or WORLD_SIZES[flavor]
-        toml = flavor_toml(flavor)
-        config = effective_config(toml, [*linear_kind_overrides(kind, toml), *opts.extra])
-        predicted = predicted_bytes(config, world, opts.seq_len)
+        predicted = predicted_bytes(configs[name], world, opts.seq_len)
         if predicted > opts.max_predicted_gib * 2**30:
             print(
                 f"{name}: skipped, predicted {predicted / 2**30:.1f} GiB > --max-predicted-gib "
@@ -413,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
             save()
             continue
         try:
-            result = dry_run(flavor, kind, world, opts.steps, opts.seq_len, list(opts.extra), opts.timeout)
+            result = dry_run(flavor, kind, world, opts.steps, opts.seq_len, list(extra), opts.timeout)
         except RuntimeError as err:
             failed += 1
             print(f"{name}: FAILED\n{err}", flush=True)
