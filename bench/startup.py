@@ -25,17 +25,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import queue
 import shutil
-import signal
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.child_process import Lines, kill_group
+from bench.cli_types import positive_int
 from bench.run_command import command_as_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,21 +82,13 @@ def _run(checkout: Checkout, row: str, cmd: list[str], env: dict, until: str | N
         cmd, cwd=checkout.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,  # its own process group: the launcher, torchrun and the ranks end together
     )  # fmt: skip
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def read_lines() -> None:  # a thread: the main one waits with a deadline
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=read_lines, daemon=True).start()
+    lines = Lines(proc)
     seen, output, after = None, [], None
     try:
         while True:
-            wait = timeout - (time.perf_counter() - start) if after is None else after - time.perf_counter()
             try:
-                line = lines.get(timeout=max(wait, 0.01))
-            except queue.Empty:
+                line = lines.next(start + timeout if after is None else after)
+            except TimeoutError:
                 break
             if line is None:
                 break
@@ -112,8 +103,7 @@ def _run(checkout: Checkout, row: str, cmd: list[str], env: dict, until: str | N
             if seen is not None and "BOOST start-up:" in line:
                 break
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+        kill_group(proc)
         proc.wait()
     elapsed = seen if until is not None else time.perf_counter() - start
     return elapsed, proc.returncode, "".join(output)
@@ -192,13 +182,18 @@ def table(checkouts: list[Checkout], reps: int, rows: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m bench.startup", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repo", nargs="+", type=Path, default=[ROOT], help="checkouts, each with its .venv")
-    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--reps", type=positive_int, default=3)
     parser.add_argument("--rows", nargs="+", choices=ROWS, default=list(ROWS))
     parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    return parser
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser()
+    args = p.parse_args(argv)
     checkouts = [Checkout(path.resolve(), _label(path.resolve())) for path in args.repo]
     rows = ["import", *(r for r in args.rows if r != "import")]
     with tempfile.TemporaryDirectory(prefix="bench-startup-cache-") as cache:
@@ -216,7 +211,7 @@ def main() -> None:
     load = os.getloadavg()[0]
     text = (
         "## Start-up: seconds, and ratios to one torch+torchtitan import\n\n"
-        f"`{command_as_run('bench.startup', parser, args)}` on {nproc} cores "
+        f"`{command_as_run('bench.startup', p, args)}` on {nproc} cores "
         f"(1-minute load average {load:.1f} at the end).\n\n" + table(checkouts, args.reps, rows)
     )
     print("\n" + text)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.startup import ROWS, TITLES, Checkout, table
+import pytest
+
+from bench.startup import ROWS, TITLES, Checkout, main, table
 
 
 def test_rows_the_run_did_not_measure_are_left_out():
@@ -27,3 +29,13 @@ def test_a_measured_row_that_logged_no_start_up_line_says_so():
     assert "- here, default job: `BOOST start-up: imports 7.6 s`" in text
     assert f"| {TITLES['7B dry run']} | 40.00 (40.00) | 5.00 |" in text
     assert "- here, 7B dry run: (no start-up line logged)" in text
+
+
+def test_no_repetitions_are_refused_before_anything_runs_or_is_written(tmp_path, capsys):
+    # --reps 0 measured nothing and wrote a table of dashes, by default over bench/results/startup.md
+    out = tmp_path / "startup.md"
+    with pytest.raises(SystemExit) as exit_:
+        main(["--reps", "0", "--out", str(out)])
+    assert exit_.value.code == 2
+    assert "argument --reps: 0 is not a positive integer (1 or more)" in capsys.readouterr().err
+    assert not out.exists()
