@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from bench.cli_types import positive_int
 from bench.plots import pyplot, save
 from bench.run_command import command_as_run
 from boost.training.rules import KINDS
@@ -133,20 +134,27 @@ def train(
     return points, time.time() - start
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.convergence", description=__doc__)
     p.add_argument("--flavor", default="debug")
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=positive_int, default=300)
     p.add_argument("--png", default="")
     p.add_argument("--out", default="outputs/convergence")
-    p.add_argument("--runs", nargs="*", default=[label for label, *_ in RUNS], help="labels of RUNS to train")
+    labels = [label for label, *_ in RUNS]
+    # choices: a misspelt label is refused by name (it was dropped silently, or all of them ended in max() of nothing)
+    p.add_argument("--runs", nargs="+", choices=labels, default=labels, metavar="LABEL", help=f"of {labels}")
     p.add_argument(
         "--corpus",
         choices=("stdlib", "packed"),
         default="stdlib",
         help="packed: short documents, several a window",
     )
-    a = p.parse_args()
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = parser()
+    a = p.parse_args(argv)
     corpus = packed_corpus(Path(a.out)) if a.corpus == "packed" else []
     tokens_per_step = 8 * 256  # debug.toml's local_batch_size × seq_len (DP degree 1 in every run)
     results = {}
