@@ -49,7 +49,8 @@ FSDP's hooks, the optimizer): the host's share that no GPU takes over.
 each; SimpleFSDP with the reshard policy "default" it needs); a baseline runs its own default.
 ``--baseline DIR`` runs each scheme in DIR too (``PYTHONPATH=DIR``, DIR's ``train_configs``), alternating
 with this checkout, so both sit in one run of the machine; the table gives the ratios. ``--reps N``
-runs each N times, interleaved: the times are the medians over the runs (the counts repeat).
+runs each N times, interleaved: the times are the medians over the runs (the counts repeat; ``step − bodies``
+is each run's own difference, then the median).
 """
 
 from __future__ import annotations
@@ -315,13 +316,25 @@ def measure(tree: Path, scheme: str, steps: int, profile_step: int, log_freq: in
     return json.loads(lines[-1].removeprefix("HOST_STEP "))
 
 
+def aggregate(runs: list[dict]) -> dict:
+    """One row from a checkout's runs of a scheme: the counts of the last (they repeat run to run), each time
+    the median over the runs; ``outside_ms`` (the step less its graph bodies) is taken per run first, then its
+    median, so it never sets one run's step against another's bodies."""
+    row = dict(runs[-1])
+    for key in ("step_ms", "ops", "graph_ms"):
+        row[key] = statistics.median(r[key] for r in runs)
+    row["outside_ms"] = statistics.median(r["step_ms"] - r["graph_ms"] for r in runs)
+    return row
+
+
 def _cell(r: dict, base: dict | None, key: str, fmt: str) -> str:
     text = format(r[key], fmt)
     return f"{text} (÷{base[key] / r[key]:.2f})" if base is not None else text
 
 
 def table(rows: list[tuple[str, dict]], ratios_to: dict[str, dict] | None) -> list[str]:
-    """Rows of the markdown table; beside a checkout's row, each figure as before/after (``ratios_to``)."""
+    """Rows of the markdown table (``aggregate``'s rows); beside a checkout's row, each figure as before/after
+    (``ratios_to``)."""
     head = (
         "| checkout | scheme | step ms | step in tiny ops | graph bodies ms | step − bodies ms | dispatches"
         " | top-level dispatches | graph calls (fwd/bwd/other) | host syncs |"
@@ -330,9 +343,6 @@ def table(rows: list[tuple[str, dict]], ratios_to: dict[str, dict] | None) -> li
     for label, r in rows:
         base = (ratios_to or {}).get(r["scheme"])
         base = base if base is not r else None
-        r = dict(r, outside_ms=r["step_ms"] - r["graph_ms"])
-        if base is not None:
-            base = dict(base, outside_ms=base["step_ms"] - base["graph_ms"])
         out.append(
             f"| {label} | {r['scheme']} | {_cell(r, base, 'step_ms', '.0f')} | {_cell(r, base, 'ops', ',.0f')} | "
             f"{r['graph_ms']:.0f} | {_cell(r, base, 'outside_ms', '.0f')} | "
@@ -342,13 +352,34 @@ def table(rows: list[tuple[str, dict]], ratios_to: dict[str, dict] | None) -> li
     return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def child_parser() -> argparse.ArgumentParser:
+    """The child's command line (``measure``'s): plain types, nothing imported from ``bench`` — the child runs
+    this file under a baseline checkout's ``PYTHONPATH``, whose ``bench`` may predate what this one imports."""
+    p = argparse.ArgumentParser(prog="bench/host_step.py --child")
+    p.add_argument("--child", choices=list(SCHEMES), required=True)
+    p.add_argument("--steps", type=int, required=True)
+    p.add_argument("--profile-step", type=int, required=True)
+    p.add_argument("--log-freq", type=int, required=True)
+    p.add_argument("overrides", nargs="*")
+    return p
+
+
+def parser() -> argparse.ArgumentParser:
+    # this checkout's bench: the parent runs here (child_parser says why the child imports none)
+    from bench.cli_types import positive_int
+
+    p = argparse.ArgumentParser(
+        prog="python -m bench.host_step",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--schemes", nargs="+", default=list(SCHEMES), choices=list(SCHEMES))
     p.add_argument(
         "--baseline", type=Path, help="another checkout measured beside this one (e.g. /work/main)"
     )
-    p.add_argument("--reps", type=int, default=1, help="fresh processes per checkout and scheme, interleaved")
+    p.add_argument(
+        "--reps", type=positive_int, default=1, help="fresh processes per checkout and scheme, interleaved"
+    )
     p.add_argument(
         "--fsdp",
         nargs="+",
@@ -356,18 +387,28 @@ def main() -> None:
         choices=list(FSDP_OVERRIDES),
         help="boost.fsdp of this checkout's runs, a row each (a baseline runs its own default)",
     )
-    p.add_argument("--steps", type=int, default=11, help="steps per run (1: compile, 2: counted eagerly)")
+    p.add_argument(
+        "--steps", type=positive_int, default=11, help="steps per run (1: compile, 2: counted eagerly)"
+    )
     p.add_argument("--profile-step", type=int, default=7, help="the ordinary step profiled (not timed)")
     p.add_argument("--log-freq", type=int, default=10, help="metrics.log_freq (the 7B TOML's 10)")
     p.add_argument("--out", type=Path, default=None, help=f"append the table here (e.g. {RESULTS})")
     p.add_argument("--top", action="store_true", help="print each run's most frequent dispatches")
-    p.add_argument("--child", choices=list(SCHEMES), help=argparse.SUPPRESS)
     p.add_argument("overrides", nargs="*", help="after --: more trainer overrides, for every run")
-    a = p.parse_args()
-    if a.child:
-        result = run_child(a.child, a.steps, a.profile_step, a.log_freq, a.overrides)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--child"]:
+        c = child_parser().parse_args(argv)
+        result = run_child(c.child, c.steps, c.profile_step, c.log_freq, c.overrides)
         print("HOST_STEP " + json.dumps(result), flush=True)
         return
+    from bench.run_command import command_as_run  # this checkout's (child_parser: why)
+
+    p = parser()
+    a = p.parse_args(argv)
     # the runs of one scheme: (label, tree, overrides); a baseline first, in its own default
     runners = [(_label(a.baseline.resolve()), a.baseline.resolve(), [])] if a.baseline else []
     runners += [
@@ -393,19 +434,13 @@ def main() -> None:
                 if a.top:
                     print("   ", r["top_ops"], flush=True)
         for label, _, _ in runners:
-            # counts repeat run to run; times are the median over the runs
-            r = dict(runs[label][-1])
-            r["step_ms"] = statistics.median(x["step_ms"] for x in runs[label])
-            r["ops"] = statistics.median(x["ops"] for x in runs[label])
+            r = aggregate(runs[label])
             first.setdefault(scheme, r)
             rows.append((label, r))
     lines = [
         f"## {datetime.date.today()}: {', '.join(label for label, _, _ in runners)}",
         "",
-        f"`python -m bench.host_step --reps {a.reps}"
-        + (f" --baseline {a.baseline}" if a.baseline else "")
-        + (f" --fsdp {' '.join(a.fsdp)}" if a.fsdp != ["fully_shard"] else "")
-        + (f" -- {' '.join(a.overrides)}`" if a.overrides else "`"),
+        f"`{command_as_run('bench.host_step', p, a)}`",
         "",
         *table(rows, first if len(runners) > 1 else None),
         "",
