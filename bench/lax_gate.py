@@ -16,9 +16,10 @@ Per bottleneck of a block as BTP groups them (q/k/v: 3 members, o: 1, gate/up: 2
 a latent ``pre`` and a carry ``[tokens, members·r]`` that take gradients: CoLA's ``σ(pre)``
 (``LatentActivation``) and LaX's ``σ(LN(pre + G(carry)))`` (``LatentCrossing``, the tensorized gate) in each
 form, each compiled as the trainer compiles a block (``--backend eager``: not compiled). One forward and
-backward, timed between device syncs: the median of ``--repeats`` after ``--warmup``. A step's worth is the
-flavor's blocks: block 0 runs σ, the others cross. The forms compute one function, checked before any
-timing (their outputs and gradients agree). Not in it: the GEMMs around the latent, the carry's memory.
+backward, timed between device syncs: the median of ``--repeats`` after ``--warmup``, each repetition running
+every variant in turn (interleaved: a burst of load falls on all alike). A step's worth is the flavor's
+blocks: block 0 runs σ, the others cross. The forms compute one function, checked before any timing (their
+outputs and gradients agree). Not in it: the GEMMs around the latent, the carry's memory.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from boost import ModelArgs
+from bench.cli_types import positive_int
+from boost import FLAVORS, ModelArgs
 from boost.training.model.latent_crossing import LatentActivation, LatentCrossing
 from boost.training.rules import LAX_GATE_FORMS
 
@@ -93,17 +95,25 @@ def _sync(device: torch.device) -> None:
         torch.accelerator.synchronize(device)
 
 
-def time_ms(module: nn.Module, pre, carry, grad, warmup: int, repeats: int) -> float:
-    """The median wall time of one forward and backward, between device syncs."""
-    times = []
-    for i in range(warmup + repeats):
+def schedule(names: list[str], warmup: int, repeats: int) -> list[tuple[str, bool]]:
+    """The order the variants run in: each repetition runs every variant once, in turn, so a burst of load on
+    the machine falls on all of them alike rather than on whichever was being timed; ``(name, timed)``, the
+    first ``warmup`` repetitions untimed."""
+    return [(name, i >= warmup) for i in range(warmup + repeats) for name in names]
+
+
+def time_ms(modules: dict[str, nn.Module], pre, carry, grad, warmup: int, repeats: int) -> dict[str, float]:
+    """Each module's median wall time of one forward and backward, between device syncs, interleaved
+    (``schedule``)."""
+    times: dict[str, list[float]] = {name: [] for name in modules}
+    for name, timed in schedule(list(modules), warmup, repeats):
         _sync(pre.device)
         start = time.perf_counter()
-        _forward_backward(module, pre, carry, grad)
+        _forward_backward(modules[name], pre, carry, grad)
         _sync(pre.device)
-        if i >= warmup:
-            times.append(1e3 * (time.perf_counter() - start))
-    return statistics.median(times)
+        if timed:
+            times[name].append(1e3 * (time.perf_counter() - start))
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def measure(
@@ -130,7 +140,7 @@ def measure(
         check_forms_agree(modules, pre, carry, grad)
         if backend != "eager":
             modules = {k: torch.compile(m, backend=backend, fullgraph=True) for k, m in modules.items()}
-        rows[name] = {k: time_ms(m, pre, carry, grad, warmup, repeats) for k, m in modules.items()}
+        rows[name] = time_ms(modules, pre, carry, grad, warmup, repeats)
     names = list(next(iter(rows.values())))
     block = {k: sum(r[k] for r in rows.values()) for k in names}
     step = {k: block[COLA] + (layers - 1) * block[k] for k in names}
@@ -189,14 +199,14 @@ def table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--flavor", default="7B")
-    parser.add_argument("--tokens", type=int, nargs="+", default=[16384])
+    parser = argparse.ArgumentParser(prog="python -m bench.lax_gate", description=__doc__.split("\n")[0])
+    parser.add_argument("--flavor", default="7B", choices=list(FLAVORS))
+    parser.add_argument("--tokens", type=positive_int, nargs="+", default=[16384])
     parser.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--backend", default="inductor", help="torch.compile's backend; eager: not compiled")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=positive_int, default=10)
     parser.add_argument("--json", type=Path, help="also write the results here")
     opts = parser.parse_args(argv)
     device, dtype = torch.device(opts.device), getattr(torch, opts.dtype)

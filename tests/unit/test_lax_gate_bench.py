@@ -62,3 +62,26 @@ def test_the_readmes_command_without_a_gpu_is_refused_in_one_line_naming_the_cpu
     assert proc.returncode == 1 and proc.stdout == ""
     (line,) = proc.stderr.splitlines()
     assert line.startswith("bench.lax_gate: --device cuda: torch ") and "pass --device cpu" in line
+
+
+def test_each_repetition_runs_every_variant_in_turn():
+    # the variants were timed one after another (all of σ's repetitions, then all of kron's, ...): a burst of
+    # load fell on one variant, and LaX's "extra" came out negative
+    order = lax_gate.schedule(["a", "b", "c"], warmup=1, repeats=2)
+    assert [name for name, _ in order] == ["a", "b", "c"] * 3
+    assert [timed for _, timed in order] == [False] * 3 + [True] * 6
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--flavor", "nope"], "argument --flavor: invalid choice: 'nope' (choose from 'debug',"),
+        (["--repeats", "0"], "argument --repeats: 0 is not a positive integer"),
+        (["--tokens", "0"], "argument --tokens: 0 is not a positive integer"),
+    ],
+)
+def test_values_that_time_nothing_are_refused_in_one_line(capsys, argv, message):
+    # --flavor nope ended in a KeyError traceback, --repeats 0 in statistics.StatisticsError
+    with pytest.raises(SystemExit) as exit_:
+        lax_gate.main(["--device", "cpu", *argv])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
