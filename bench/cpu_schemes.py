@@ -13,11 +13,22 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import os
 import platform
 
 import torch
 
-from bench.harness import build, compile_blocks, count_step, median, mesh_of, spawn, train_step
+from bench.cli_types import positive_int
+from bench.harness import (
+    build,
+    compile_blocks,
+    count_step,
+    median,
+    mesh_of,
+    spawn,
+    threads_per_rank,
+    train_step,
+)
 from bench.plots import pyplot, save
 from bench.run_command import command_as_run
 
@@ -57,7 +68,20 @@ def _body(rank, world_size, flavor, seq, batch, reps, warmup, compiled):
 
 
 _GEMM = {"aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm"}
-_COMM = {"_c10d_functional::wait_tensor", "c10d::allreduce_", "c10d::_allgather_base_", "c10d::barrier"}
+# every op of the c10d namespaces is communication (a collective, its wait, a barrier): a set of names missed
+# btp's final gather (c10d::allgather_into_tensor_coalesced_), whose time landed in "other"
+_COMM_NAMESPACES = ("c10d::", "_c10d_functional::", "c10d_functional::")
+
+
+def category(op: str) -> str:
+    """Where a profiler event's self time goes in the split: GEMM, attention, collectives or other."""
+    if op in _GEMM:
+        return "GEMM"
+    if "scaled_dot_product" in op:
+        return "attention"
+    if op.startswith(_COMM_NAMESPACES):
+        return "collectives"
+    return "other"
 
 
 def _profile_step(model, opt, tokens) -> dict[str, float]:
@@ -68,26 +92,17 @@ def _profile_step(model, opt, tokens) -> dict[str, float]:
         train_step(model, opt, tokens, fence=False)
     split = {"GEMM": 0.0, "attention": 0.0, "collectives": 0.0, "other": 0.0}
     for event in prof.key_averages():
-        key = (
-            "GEMM"
-            if event.key in _GEMM
-            else "attention"
-            if "scaled_dot_product" in event.key
-            else "collectives"
-            if event.key in _COMM
-            else "other"
-        )
-        split[key] += event.self_cpu_time_total / 1e6
+        split[category(event.key)] += event.self_cpu_time_total / 1e6
     return split
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--tp", type=int, nargs="+", default=[2, 4])
+    p.add_argument("--tp", type=positive_int, nargs="+", default=[2, 4])
     p.add_argument("--flavor", default="60M")
-    p.add_argument("--seq", type=int, default=256)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--seq", type=positive_int, default=256)
+    p.add_argument("--batch", type=positive_int, default=4)
+    p.add_argument("--reps", type=positive_int, default=5)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument(
         "--png", default="", help="also draw step time per scheme and TP degree (needs matplotlib)"
@@ -104,8 +119,9 @@ def header(p: argparse.ArgumentParser, a: argparse.Namespace) -> list[str]:
     """The table's title and the machine and command it ran on: every option the run changed."""
     return [
         f"# CPU/gloo step time by TP scheme — {a.flavor}, seq {a.seq}, batch {a.batch}, {a.reps} interleaved reps",
-        f"machine: {platform.processor() or platform.machine()}, {torch.get_num_threads()} "
-        f"threads, torch {torch.__version__}; "
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, threads a rank "
+        + ", ".join(f"{threads_per_rank(tp)} at TP={tp}" for tp in a.tp)
+        + f", torch {torch.__version__}; "
         f"date {datetime.date.today()}; command: {command_as_run('bench.cpu_schemes', p, a)}",
     ]
 

@@ -30,8 +30,13 @@ def spawn(fn, world_size: int, *args) -> list:
         return queue.get()
 
 
+def threads_per_rank(world_size: int) -> int:
+    """The intra-op threads each of ``world_size`` spawned ranks runs with: the machine's cores shared out."""
+    return max(1, (os.cpu_count() or 1) // world_size)
+
+
 def _worker(rank, world_size, init_file, fn, args, queue):
-    torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+    torch.set_num_threads(threads_per_rank(world_size))
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)
     try:
         out = fn(rank, world_size, *args)
