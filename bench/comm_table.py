@@ -15,11 +15,13 @@ import argparse
 import os
 from pathlib import Path
 
+from bench.cli_types import positive_int
 from bench.plots import pyplot, save
 from bench.run_command import command_as_run
 from boost import FLAVORS, ModelArgs
 from boost.planning.comm_volume import context_parallel_layer, loro_exact_step, per_layer, total
 from boost.planning.perf_model import model_args
+from boost.training.rules import context_parallel_problem
 
 
 def rows(batch: int, seq: int, dtype_bytes: int, tps=(2, 4, 8)):
@@ -64,7 +66,10 @@ CP_PATHS = {
 }
 
 
-def cp_rows(seq: int, dtype_bytes: int, tp: int = 4, cps=(2, 4, 8)):
+CP_DEGREES = (2, 4, 8)
+
+
+def cp_rows(seq: int, dtype_bytes: int, tp: int = 4, cps=CP_DEGREES):
     """One layer's CP collectives (btp at ``tp``, micro-batch 1, SDPA): bytes forward and backward; the ring's
     dK|dV rotate in float32 (its accumulators), the rest in ``dtype_bytes``."""
     for flavor in ("1B", "3B", "7B", "13B", "30B"):
@@ -84,12 +89,17 @@ RESULTS = Path(__file__).resolve().parent / "results" / "comm_table.md"
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--batch", type=int, default=4)
-    p.add_argument("--seq", type=int, default=4096)
-    p.add_argument("--dtype-bytes", type=int, default=2)
+    p = argparse.ArgumentParser(prog="python -m bench.comm_table", description=__doc__)
+    p.add_argument("--batch", type=positive_int, default=4)
+    p.add_argument("--seq", type=positive_int, default=4096)
+    p.add_argument("--dtype-bytes", type=positive_int, default=2)
     p.add_argument("--png", default="", help="also draw the TP table's forward bytes (needs matplotlib)")
-    p.add_argument("--cp-seq", type=int, default=32768, help="window length of the context-parallel table")
+    p.add_argument(
+        "--cp-seq",
+        type=positive_int,
+        default=32768,
+        help=f"window length of the context-parallel table (shared equally by cp {', '.join(map(str, CP_DEGREES))})",
+    )
     p.add_argument("--out", type=Path, default=RESULTS, help="write the tables here (as printed)")
     return p
 
@@ -157,6 +167,12 @@ def markdown(a: argparse.Namespace, command: str) -> str:
 def main(argv: list[str] | None = None) -> str:
     p = parser()
     a = p.parse_args(argv)
+    for cp in CP_DEGREES:  # the table's windows split equally, as the trainer's rule asks
+        problem = context_parallel_problem(cp, a.cp_seq, "sdpa", None, tp=1, sequence_parallel=False)
+        if problem is not None:
+            p.error(
+                f"--cp-seq {a.cp_seq} {problem}: the table shards it over cp {', '.join(map(str, CP_DEGREES))}"
+            )
     plt = pyplot() if a.png else None  # matplotlib before any file is written: the table and its PNG agree
     text = markdown(a, command_as_run("bench.comm_table", p, a))
     print(text, end="")

@@ -7,6 +7,8 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
+
 from bench import comm_table
 
 COMMITTED = Path(comm_table.__file__).parent / "results" / "comm_table.md"
@@ -33,3 +35,25 @@ def test_the_command_writes_what_it_prints_under_the_command_that_reruns_it(tmp_
     per_step = (fwd + bwd) * layers / 2**30
     row = f"| 130M | 2 | btp (online) | 4 | {fwd / 2**20:.1f} | 4 | {bwd / 2**20:.1f} | {per_step:.2f} |"
     assert row in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--seq", "-5"], "argument --seq: -5 is not a positive integer"),  # it printed negative MiB
+        (["--batch", "0"], "argument --batch: 0 is not a positive integer"),
+        (["--dtype-bytes", "0"], "argument --dtype-bytes: 0 is not a positive integer"),
+        (
+            ["--cp-seq", "100"],
+            "--cp-seq 100 must be divisible by 8 (cp 8): the table shards it over cp 2, 4, 8",
+        ),
+    ],
+)
+def test_values_that_describe_no_tensor_are_refused_before_anything_is_written(
+    tmp_path, capsys, argv, message
+):
+    out = tmp_path / "table.md"
+    with pytest.raises(SystemExit) as exit_:
+        comm_table.main([*argv, "--out", str(out)])
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
+    assert not out.exists()
