@@ -180,6 +180,49 @@ def predicted_bytes(config: dict, world_size: int, seq_len: int) -> float:
     )
 
 
+def row_arguments(flavor: str, kind: str, steps: int, seq_len: int, extra: list[str], dump: str) -> list[str]:
+    """The trainer's arguments for one row (after ``CONFIG_FILE=train_configs/<flavor>.toml``)."""
+    toml = flavor_toml(flavor)
+    overrides = [*linear_kind_overrides(kind, toml), *extra]
+    config = effective_config(toml, overrides)
+    pp = config["parallelism"].get("pipeline_parallel_degree", 1)
+    compile_args = ["--compile.backend", "aot_eager"] if config.get("compile", {}).get("enable") else []
+    return [
+        "--training.steps", str(steps),
+        "--training.seq_len", str(seq_len),
+        "--training.local_batch_size", str(max(pp, 1)),  # one micro-batch per pipeline stage in flight
+        "--parallelism.pipeline_parallel_microbatch_size", "1",
+        "--training.mixed_precision_param", "float32",
+        *compile_args,
+        "--checkpoint.no-enable",
+        "--validation.no-enable",
+        "--metrics.log_freq", "1",
+        "--job.dump_folder", dump,
+        *overrides,
+    ]  # fmt: skip
+
+
+def row_problem(
+    flavor: str, kind: str, world_size: int, steps: int, seq_len: int, extra: list[str]
+) -> str | None:
+    """What the trainer's preflight rules refuse in a row's job at ``world_size`` (``None``: nothing): the
+    run_train.sh preflight's rule table on the same arguments, before any row starts."""
+    from boost.training.config_error import ConfigError
+    from torchtitan_ext.config import DRY_RUN_COMM_MODE
+    from torchtitan_ext.preflight.check import check_values
+    from torchtitan_ext.preflight.read import read_job
+
+    argv = [
+        "--job.config_file", str(ROOT / "train_configs" / f"{flavor}.toml"), "--comm.mode", DRY_RUN_COMM_MODE,
+        *row_arguments(flavor, kind, steps, seq_len, extra, "outputs/dry_run_check"),
+    ]  # fmt: skip
+    try:
+        check_values(read_job(argv), world_size)
+    except ConfigError as e:
+        return str(e)
+    return None
+
+
 def dry_run(
     flavor: str, kind: str, world_size: int, steps: int, seq_len: int, extra: list[str], timeout: float
 ) -> DryRun:
@@ -188,30 +231,8 @@ def dry_run(
     overrides = [*linear_kind_overrides(kind, toml), *extra]
     config = effective_config(toml, overrides)
     tp, pp, dp, fsdp = _layout(config, world_size)
-    batch = max(pp, 1)  # one micro-batch per pipeline stage in flight
-    compile_args = ["--compile.backend", "aot_eager"] if config.get("compile", {}).get("enable") else []
     with tempfile.TemporaryDirectory(prefix="dry_run_") as dump:
-        cmd = [
-            "./run_train.sh",
-            "--training.steps",
-            str(steps),
-            "--training.seq_len",
-            str(seq_len),
-            "--training.local_batch_size",
-            str(batch),
-            "--parallelism.pipeline_parallel_microbatch_size",
-            "1",
-            "--training.mixed_precision_param",
-            "float32",
-            *compile_args,
-            "--checkpoint.no-enable",
-            "--validation.no-enable",
-            "--metrics.log_freq",
-            "1",
-            "--job.dump_folder",
-            dump,
-            *overrides,
-        ]
+        cmd = ["./run_train.sh", *row_arguments(flavor, kind, steps, seq_len, extra, dump)]
         env = dict(
             os.environ,
             DRY_RUN="1",
@@ -372,25 +393,6 @@ def file_settings(path: Path, parser: argparse.ArgumentParser) -> dict | None:
         return None
 
 
-def _layout_problem(name: str, config: dict, world_size: int) -> str | None:
-    """Why ``world_size`` ranks cannot hold the config's mesh (``None``: they can)."""
-    par = config["parallelism"]
-    fixed = {
-        "tp": par.get("tensor_parallel_degree", 1),
-        "pp": par.get("pipeline_parallel_degree", 1),
-        "cp": par.get("context_parallel_degree", 1),
-        "dp_replicate": par.get("data_parallel_replicate_degree", 1),
-    }
-    shard = par.get("data_parallel_shard_degree", -1)
-    product = fixed["tp"] * fixed["pp"] * fixed["cp"] * fixed["dp_replicate"]
-    mesh = " × ".join(f"{k} {v}" for k, v in fixed.items())
-    if shard == -1 and world_size % product:
-        return f"{name}: {world_size} ranks do not divide into {mesh}; pass a multiple of {product}"
-    if shard != -1 and world_size != product * shard:
-        return f"{name}: {world_size} ranks are not {mesh} × dp_shard {shard}; pass {product * shard}"
-    return None
-
-
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m bench.dry_run", description=__doc__.split("\n\n")[0])
     names = [row_name(*r) for r in shipped_rows()]
@@ -434,9 +436,10 @@ def main(argv: list[str] | None = None) -> int:
         flavor, kind = name.split("_")
         toml = flavor_toml(flavor)
         configs[name] = effective_config(toml, [*linear_kind_overrides(kind, toml), *extra])
-        problem = _layout_problem(name, configs[name], opts.world_size or WORLD_SIZES[flavor])
-        if problem is not None:
-            parser_.error(f"--world-size {opts.world_size}: {problem}")
+        world = opts.world_size or WORLD_SIZES[flavor]
+        problem = row_problem(flavor, kind, world, opts.steps, opts.seq_len, extra)
+        if problem is not None:  # the trainer's preflight would refuse the row: say so before any row runs
+            parser_.error(f"row {name} at {world} ranks: {problem}")
     rows = _existing_rows(opts.out)
     if rows:
         theirs = file_settings(opts.out, parser_)

@@ -79,11 +79,14 @@ def test_each_committed_files_header_names_the_command_that_made_it(path):
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (
+        (  # the trainer's preflight rules, on each row's own arguments, before any row runs
             ["--world-size", "7", "--rows", "1B_cola", "7B_cola"],
-            "--world-size 7: 7B_cola: 7 ranks do not divide into tp 4 × pp 1 × cp 1 × dp_replicate 1",
+            "row 7B_cola at 7 ranks: parallelism = 'tp×pp×dp_replicate×cp = 4': must divide the world size 7",
         ),
-        (["--world-size", "7", "--rows", "3B_cola"], "pass a multiple of 2"),
+        (
+            ["--rows", "7B_cola", "--", "--boost.tp_scheme", "megatron"],
+            "row 7B_cola at 16 ranks: boost.tp_scheme = 'megatron': megatron is the dense baseline",
+        ),
         (["--steps", "0"], "argument --steps: 0 is not a positive integer"),
         (["--seq-len", "-5"], "argument --seq-len: -5 is not a positive integer"),
         (["--timeout", "0"], "--timeout 0: seconds per row, more than 0"),
