@@ -81,11 +81,33 @@ class Layout:
         if not rules.groups_linears(self.scheme):
             parts.append("--boost.no-group-linears")  # tyro's flag form of a boolean
         # torchtitan splits local_batch_size into micro-batches of pipeline_parallel_microbatch_size
-        parts.append(f"--training.local_batch_size {micro_batch * self.num_microbatches}")
+        local_batch = micro_batch * self.num_microbatches
+        parts.append(f"--training.local_batch_size {local_batch}")
         parts.append(f"--training.seq_len {seq_len}")
         if self.pp > 1:
             parts.append(f"--parallelism.pipeline_parallel_microbatch_size {micro_batch}")
+            parts.append(f"--parallelism.pipeline_parallel_schedule {PIPELINE_SCHEDULE}")
+            # validation splits into the training's micro-batches (the preflight's rule): the same batch
+            # keeps it a multiple of them whatever the TOML's validation.local_batch_size
+            parts.append(f"--validation.local_batch_size {local_batch}")
         return " ".join(parts)
+
+
+# The schedule the planner times (1F1B's bubble) and prints under PP: the shipped TOMLs' and torchtitan's default.
+PIPELINE_SCHEDULE = "1F1B"
+
+
+def _pipeline_problem(pp: int, n_layers: int, micro_batch: int, num_microbatches: int) -> str | None:
+    """The preflight's pipeline rules on a planned layout (one stage a rank under ``PIPELINE_SCHEDULE``), or
+    ``None``: 1F1B needs a micro-batch per stage, so ``--num-microbatches`` below ``pp`` rules that PP out."""
+    if pp == 1:
+        return None
+    stages = rules.pipeline_stage_count(False, pp, n_layers, None, 0, 0)
+    return rules.pipeline_stages_problem(
+        PIPELINE_SCHEDULE, False, pp, stages
+    ) or rules.pipeline_microbatch_problem(
+        PIPELINE_SCHEDULE, micro_batch * num_microbatches, micro_batch, pp, stages
+    )
 
 
 def _divisors(n: int) -> list[int]:
@@ -146,6 +168,10 @@ def enumerate_layouts(
                 # at least 2 layers per stage (the planner's choice)
                 if rules.pipeline_problem(linear, pp, n_layers) or (pp > 1 and n_layers / pp < 2):
                     continue
+                # 1F1B with m = pp: bubble (p-1)/(2p-1); without PP one micro-batch a step
+                m = (num_microbatches or pp) if pp > 1 else 1
+                if _pipeline_problem(pp, n_layers, micro_batch, m):
+                    continue
                 sp_choices = _sequence_parallel_choices(scheme, tp, seq_len)
                 for cp, sp, ac in itertools.product(_divisors(gpus // (tp * pp)), sp_choices, AC_MODES):
                     # the sequence splits into the load balancer's 2·cp chunks (the preflight's rule)
@@ -154,8 +180,6 @@ def enumerate_layouts(
                     ) or rules.activation_checkpoint_problem(ac, scheme, tp):
                         continue
                     dp = gpus // (tp * pp * cp)
-                    # 1F1B with m = pp: bubble (p-1)/(2p-1); without PP one micro-batch a step
-                    m = (num_microbatches or pp) if pp > 1 else 1
                     mem = memory_per_gpu(
                         flavor,
                         scheme,
@@ -256,7 +280,7 @@ def _parser() -> argparse.ArgumentParser:
         "--num-microbatches",
         type=_positive_int,
         default=None,
-        help="per step under PP (default: pp); a layout without PP runs one",
+        help="per step under PP (default: pp; 1F1B needs at least pp, so it rules out larger pp); without PP one",
     )
     parser.add_argument("--top", type=_positive_int, default=None)
     parser.add_argument(

@@ -7,6 +7,7 @@ stored constants.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import runpy
 from pathlib import Path
 
@@ -227,6 +228,49 @@ def test_every_printed_layout_is_accepted_by_validation(capsys):
             job.boost.sequence_parallel,
         ) == (layout.tp, layout.pp, layout.scheme, layout.ac, layout.sp)
         assert job.boost.group_linears == (layout.scheme != "vanilla")
+
+
+# The reviewer's refused best layouts: --num-microbatches below pp (1F1B needs one a stage), and m = pp = 6 not
+# dividing the TOMLs' validation.local_batch_size (8)
+PP_REPROS = [
+    (["--flavor", "1B", "--gpus", "32", "--num-microbatches", "1"], "1B", 32),
+    (["--flavor", "30B", "--gpus", "6", "--hardware", "h200"], "30B", 6),
+]
+# flavors × GPU counts × options, pipeline rows among them (--num-microbatches 3 is below pp 4 and 6)
+SWEEP_OPTIONS = [
+    dict(seq_len=256, micro_batch=1, linear="full"),
+    dict(seq_len=256, micro_batch=1, linear="full", num_microbatches=1),
+    dict(seq_len=4096, micro_batch=4, linear="lax", num_microbatches=3),
+    dict(seq_len=16384, micro_batch=1, linear="cola"),
+]
+
+
+def test_every_planned_layout_passes_the_preflight_pipelines_included(capsys):
+    """Every layout the planner lists, PP rows included, is one the preflight takes on the shipped TOML: its
+    pipeline rules (a micro-batch per 1F1B stage, validation splitting into the micro-batches) included."""
+    from torchtitan_ext.preflight.check import check_values
+    from torchtitan_ext.preflight.read import read_job
+
+    for argv, flavor, gpus in PP_REPROS:
+        argv = [*argv, "--seq-len", "256", "--micro-batch", "1", "--linear", "full"]
+        assert plan_main(argv) == 0
+        printed = capsys.readouterr().out.split("best layout overrides:\n")[1].strip()
+        _accepted(flavor, gpus, "full", printed)
+    checked = pipelined = 0
+    for flavor, gpus, hardware in itertools.product(("1B", "13B", "30B"), (6, 8, 32), ("a100", "h200")):
+        for options in SWEEP_OPTIONS:
+            try:
+                layouts = enumerate_layouts(flavor, gpus, hardware, **options)
+            except ValueError:  # nothing fits
+                continue
+            for layout in layouts[::3]:
+                overrides = layout.overrides(options["linear"], options["micro_batch"], options["seq_len"])
+                job = read_job(["--job.config_file", f"train_configs/{flavor}.toml", *overrides.split()])
+                check_values(job, gpus)  # raises ConfigError naming the refused field
+                checked += 1
+                pipelined += layout.pp > 1
+                assert layout.pp == 1 or layout.num_microbatches >= layout.pp
+    assert checked > 1000 and pipelined > 500
 
 
 def test_context_parallelism_in_the_step_time_memory_and_planner():
