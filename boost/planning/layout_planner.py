@@ -16,6 +16,10 @@ Sequence parallelism (``sp``, ``boost.sequence_parallel``) is enumerated for the
 each latent on a rank's tokens; megatron: the residual stream), at TP > 1, where the sequence splits over
 the TP ranks: it moves the same bytes, and the performance model weighs the work and memory it splits.
 
+FSDP's reshard policy (``parallelism.fsdp_reshard_after_forward``) is "default" and, without PP where FSDP
+shards, also "never" where its saved all-gathers show in the step time; the overrides print it, the policy
+the layout was sized and timed at (the shipped TOMLs differ).
+
 Memory per GPU is ``boost.planning.perf_model.memory_per_gpu`` (the formulas, and the measurement that calibrates
 them, are in ``boost/planning/perf_model/peak_memory.py``). A layout fits a GPU when that peak, 1 GiB outside the
 caching allocator included (CUDA context, NCCL buffers), is at most ``1 - HEADROOM`` of the GPU's memory.
@@ -64,6 +68,7 @@ class Layout:
     cp: int = 1
     sp: bool = False  # boost.sequence_parallel
     num_microbatches: int = 1  # per step: the pipeline's, 1 without PP
+    reshard: str = "default"  # parallelism.fsdp_reshard_after_forward, as sized and timed
 
     def overrides(self, linear: str, micro_batch: int, seq_len: int) -> str:
         """The ``run_train.sh`` / torchtitan command-line overrides of this layout."""
@@ -84,6 +89,8 @@ class Layout:
         local_batch = micro_batch * self.num_microbatches
         parts.append(f"--training.local_batch_size {local_batch}")
         parts.append(f"--training.seq_len {seq_len}")
+        # the TOMLs differ (1B/3B/7B's "never" holds every block's weights gathered): the policy sized and timed
+        parts.append(f"--parallelism.fsdp_reshard_after_forward {self.reshard}")
         if self.pp > 1:
             parts.append(f"--parallelism.pipeline_parallel_microbatch_size {micro_batch}")
             parts.append(f"--parallelism.pipeline_parallel_schedule {PIPELINE_SCHEDULE}")
@@ -108,6 +115,13 @@ def _pipeline_problem(pp: int, n_layers: int, micro_batch: int, num_microbatches
     ) or rules.pipeline_microbatch_problem(
         PIPELINE_SCHEDULE, micro_batch * num_microbatches, micro_batch, pp, stages
     )
+
+
+def _reshard_policies(pp: int, fsdp_degree: int) -> tuple[str, ...]:
+    """``parallelism.fsdp_reshard_after_forward`` to plan: "default" (reshards after each forward, except under
+    PP) and, where FSDP shards the weights without PP, "never" (one all-gather a block a step instead of two,
+    for every block's weights held gathered from its forward to its backward)."""
+    return ("default", "never") if pp == 1 and fsdp_degree > 1 else ("default",)
 
 
 def _divisors(n: int) -> list[int]:
@@ -180,45 +194,41 @@ def enumerate_layouts(
                     ) or rules.activation_checkpoint_problem(ac, scheme, tp):
                         continue
                     dp = gpus // (tp * pp * cp)
-                    mem = memory_per_gpu(
-                        flavor,
-                        scheme,
-                        tp,
-                        pp,
-                        dp,
-                        ac,
-                        micro_batch=micro_batch,
-                        seq_len=seq_len,
-                        num_microbatches=m,
-                        vocab_size=vocab_size,
-                        linear=linear,
-                        compiled=True,  # BOOST ships compiled
-                        cp=cp,
-                        attn_mask_type=attn_mask_type,
-                        sequence_parallel=sp,
-                    )
-                    if mem > budget:
-                        continue
-                    t = predict_step_time(
-                        flavor,
-                        scheme,
-                        tp,
-                        pp,
-                        hardware=hw,
-                        micro_batch=micro_batch,
-                        seq_len=seq_len,
-                        dp=dp,
-                        num_microbatches=m,
-                        activation_checkpoint=ac,
-                        vocab_size=vocab_size,
-                        linear=linear,
-                        cp=cp,
-                        attn_mask_type=attn_mask_type,
-                        sequence_parallel=sp,
-                        compiled=True,  # as the memory above
-                    )
-                    tokens = m * dp * micro_batch * seq_len
-                    layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t, cp, sp, m))
+                    timed: dict[str, float] = {}
+                    for reshard in _reshard_policies(pp, dp * cp):
+                        run = dict(
+                            micro_batch=micro_batch,
+                            seq_len=seq_len,
+                            num_microbatches=m,
+                            vocab_size=vocab_size,
+                            linear=linear,
+                            compiled=True,  # BOOST ships compiled
+                            cp=cp,
+                            attn_mask_type=attn_mask_type,
+                            sequence_parallel=sp,
+                        )
+                        reshards = rules.reshards_after_forward(reshard, pp > 1)
+                        mem = memory_per_gpu(
+                            flavor, scheme, tp, pp, dp, ac, reshard_after_forward=reshards, **run
+                        )
+                        if mem > budget:
+                            continue
+                        timed[reshard] = t = predict_step_time(
+                            flavor,
+                            scheme,
+                            tp,
+                            pp,
+                            hardware=hw,
+                            dp=dp,
+                            activation_checkpoint=ac,
+                            fsdp_reshard_after_forward=reshard,
+                            **run,
+                        )
+                        # "never" only where its saved all-gathers show: else it is "default" holding more
+                        if reshard == "never" and round(t, 6) >= round(timed.get("default", float("inf")), 6):
+                            continue
+                        tokens = m * dp * micro_batch * seq_len
+                        layouts.append(Layout(scheme, tp, pp, dp, ac, mem, t, tokens / t, cp, sp, m, reshard))
     if not layouts:
         raise ValueError(
             f"no layout of {flavor} on {gpus} {hw.name} GPU(s) fits in {budget / GIB:.1f} GiB (of "
@@ -340,13 +350,13 @@ def main(argv: list[str] | None = None) -> int:
         f"{len(layouts)} feasible layouts"
     )
     print(
-        f"{'#':>3} {'scheme':<9}{'tp':>3}{'sp':>4}{'pp':>3}{'cp':>3}{'dp':>4} {'ac':<8}{'mem GiB':>8}{'step s':>9}"
-        f"{'tokens/s':>11}"
+        f"{'#':>3} {'scheme':<9}{'tp':>3}{'sp':>4}{'pp':>3}{'cp':>3}{'dp':>4} {'ac':<8}{'reshard':<8}{'mem GiB':>8}"
+        f"{'step s':>9}{'tokens/s':>11}"
     )
     for i, l in enumerate(layouts[: search["top"]], 1):
         print(
             f"{i:>3} {l.scheme:<9}{l.tp:>3}{'yes' if l.sp else 'no':>4}{l.pp:>3}{l.cp:>3}{l.dp:>4} {l.ac:<8}"
-            f"{l.memory_bytes / GIB:>8.1f}"
+            f"{l.reshard:<8}{l.memory_bytes / GIB:>8.1f}"
             f"{l.step_time:>9.3f}{l.tokens_per_s:>11,.0f}"
         )
     best = layouts[0]

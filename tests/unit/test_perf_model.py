@@ -34,6 +34,7 @@ from boost.planning.perf_model import (
 )
 from boost.planning.perf_model.peak_memory import ACTIVATION_CALIBRATION
 from boost.planning.perf_model.step_time import LOWRANK_RECOMPUTED
+from boost.training import rules
 from boost.training.model import flops_per_token
 
 # Cells the model cannot bring within 15% with one shared set of physical constants (the minimax
@@ -271,6 +272,43 @@ def test_every_planned_layout_passes_the_preflight_pipelines_included(capsys):
                 pipelined += layout.pp > 1
                 assert layout.pp == 1 or layout.num_microbatches >= layout.pp
     assert checked > 1000 and pipelined > 500
+
+
+def test_the_printed_overrides_run_at_the_memory_planned(capsys):
+    """The overrides set the FSDP reshard policy each layout was sized at: the 1B/3B/7B TOMLs' "never" holds
+    every block's weights (3B@8, 40 GiB, micro-batch 8: the best layout's 35.3 GiB sized at "default" is
+    37.7 GiB under "never", over the 36 usable). "never" is planned where its saved all-gathers show."""
+    from torchtitan_ext.preflight.read import read_job
+
+    assert plan_main(["--flavor", "3B", "--gpus", "8", "--memory-gib", "40", "--micro-batch", "8"]) == 0
+    out = capsys.readouterr().out
+    printed = out.split("best layout overrides:\n")[1].strip()
+    cases = [("3B", 8, dict(memory_bytes=40 * 2**30, micro_batch=8), printed)]
+    cases += [("1B", 32, dict(seq_len=256, micro_batch=1), None), ("7B", 16, {}, None)]
+    policies = set()
+    for flavor, gpus, options, overrides in cases:
+        layouts = enumerate_layouts(flavor, gpus, "a100", **options)
+        micro_batch, seq_len = options.get("micro_batch", 4), options.get("seq_len", 4096)
+        for layout in layouts if overrides is None else layouts[:1]:
+            argv = overrides or layout.overrides("cola", micro_batch, seq_len)
+            job = read_job(["--job.config_file", f"train_configs/{flavor}.toml", *argv.split()]).values
+            policy = job.parallelism.fsdp_reshard_after_forward
+            policies.add(policy)
+            run = dict(micro_batch=micro_batch, seq_len=seq_len, num_microbatches=layout.num_microbatches)
+            assert memory_per_gpu(
+                flavor,
+                job.boost.tp_scheme,
+                job.parallelism.tensor_parallel_degree,
+                job.parallelism.pipeline_parallel_degree,
+                job.parallelism.data_parallel_shard_degree,
+                job.boost.activation_checkpoint,
+                compiled=True,
+                cp=job.parallelism.context_parallel_degree,
+                sequence_parallel=job.boost.sequence_parallel,
+                reshard_after_forward=rules.reshards_after_forward(policy, layout.pp > 1),
+                **run,
+            ) == pytest.approx(layout.memory_bytes)
+    assert policies == {"default", "never"}
 
 
 def test_context_parallelism_in_the_step_time_memory_and_planner():
@@ -545,12 +583,14 @@ def test_dense_projections_are_seven_kernels():
 def test_the_planner_times_what_it_prints_without_pp(capsys):
     """``--num-microbatches`` is the pipeline's: a layout without PP runs one micro-batch a step, and is timed
     at one, so its tokens/s are those of the overrides printed for it."""
-    default = {(l.scheme, l.tp, l.pp, l.cp, l.ac, l.sp): l for l in enumerate_layouts("7B", 16, "a100")}
+    default = {
+        (l.scheme, l.tp, l.pp, l.cp, l.ac, l.sp, l.reshard): l for l in enumerate_layouts("7B", 16, "a100")
+    }
     for l in enumerate_layouts("7B", 16, "a100", num_microbatches=4):
         m = l.num_microbatches
         assert m == (4 if l.pp > 1 else 1)
         if l.pp == 1:
-            assert l.step_time == default[(l.scheme, l.tp, l.pp, l.cp, l.ac, l.sp)].step_time
+            assert l.step_time == default[(l.scheme, l.tp, l.pp, l.cp, l.ac, l.sp, l.reshard)].step_time
         assert f"--training.local_batch_size {4 * m}" in l.overrides("cola", 4, 4096)
         assert l.tokens_per_s * l.step_time == pytest.approx(4 * m * l.dp * 4096)
     assert plan_main(["--flavor", "7B", "--gpus", "16", "--hardware", "a100", "--num-microbatches", "4"]) == 0
