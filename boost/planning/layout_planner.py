@@ -312,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
         if given:
             parser.error(f"argument --{given[0].replace('_', '-')}: not with --config (the TOML sets it)")
     long_windows = opts.config and opts.seq_len is not None
+    if long_windows and opts.seq_len < 2:  # the preflight's least training.seq_len
+        parser.error(
+            f"argument --seq-len: must be at least 2 (a window predicts each next token), got {opts.seq_len}"
+        )
     for key, value in SEARCH_DEFAULTS.items():
         search[key] = value if search[key] is None else search[key]
     try:

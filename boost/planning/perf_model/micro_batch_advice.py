@@ -37,13 +37,29 @@ from boost.training.model.args import FLAVORS
 from boost.training.options import BoostOptions
 from boost.training.rules import (
     AC_BY_MEMORY_KEPT,
+    AC_MODES,
+    ATTENTION_TYPES,
+    KINDS,
+    LINEAR_KINDS,
     RESHARD_POLICIES,
+    SCHEMES,
+    TP_SCHEMES,
     activation_checkpoint_problem,
+    attention_layout_problem,
+    attention_mask_problem,
     compiles_model,
     context_parallel_problem,
     data_parallel_degree,
+    load_balancer_problem,
+    pipeline_problem,
     reshards_after_forward,
     resolve_rank,
+    sequence_parallel_length_problem,
+    sequence_parallel_problem,
+    tp_scheme_problem,
+    tp_shape_problem,
+    tp_sharded_dims,
+    vanilla_rank_problem,
 )
 
 try:
@@ -82,6 +98,7 @@ class TrainingLayout:
     attn_mask_type: str = "causal"
     sequence_parallel: bool = False  # boost.sequence_parallel
     cudagraphs: bool = False  # boost.cudagraphs
+    cp_load_balancer: str | None = "headtail"  # parallelism.context_parallel_load_balancer
 
     @classmethod
     def from_toml(cls, path: str | Path) -> TrainingLayout:
@@ -116,35 +133,140 @@ class TrainingLayout:
                 f"{path}: [parallelism] fsdp_reshard_after_forward = {reshard!r} is not one of {RESHARD_POLICIES}"
             )
         compile_ = toml.get("compile", {})
-        return cls(
+        sections = {"training": training, "parallelism": par, "boost": boost}
+
+        def whole(name: str, key: str, default: int | None, least: int, minus_one: bool = False) -> int:
+            """``[name] key``, a whole number ≥ ``least`` (or -1 where ``minus_one``); ``default`` where unset
+            (``None``: it must be set)."""
+            value = need(sections[name], name, key) if default is None else sections[name].get(key, default)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int)
+                or not (value >= least or minus_one and value == -1)
+            ):
+                wanted = f"a whole number ≥ {least}" + (
+                    ", or -1 (the GPUs the other degrees leave)" if minus_one else ""
+                )
+                raise ValueError(f"{path}: [{name}] {key} = {value!r}: must be {wanted}")
+            return value
+
+        def flag(key: str) -> bool:
+            value = boost.get(key, getattr(defaults, key))
+            if not isinstance(value, bool):
+                raise ValueError(f"{path}: [boost] {key} = {value!r}: must be true or false")
+            return value
+
+        def known(key: str, choices: tuple[str, ...]) -> str:
+            value = boost.get(key, getattr(defaults, key))
+            if value not in choices:
+                raise ValueError(f"{path}: [boost] {key} = {value!r} is unknown; choose one of {choices}")
+            return value
+
+        layout = cls(
             path=str(path),
             flavor=flavor,
             # the trainer's rule (torchtitan_ext.model), not the flavor's published rank
             rank=resolve_rank(
                 FLAVORS[flavor].dim,
-                boost.get("rank", defaults.rank),
+                whole("boost", "rank", defaults.rank, 0),
                 boost.get("rank_ratio", defaults.rank_ratio),
             ),
-            linear=boost.get("linear", defaults.linear),
-            scheme=boost.get("tp_scheme", defaults.tp_scheme),
-            ac=boost.get("activation_checkpoint", defaults.activation_checkpoint),
-            tp=par.get("tensor_parallel_degree", 1),
-            pp=par.get("pipeline_parallel_degree", 1),
-            dp_shard=par.get("data_parallel_shard_degree", -1),
-            dp_replicate=par.get("data_parallel_replicate_degree", 1),
-            seq_len=need(training, "training", "seq_len"),
-            local_batch_size=need(training, "training", "local_batch_size"),
-            pp_microbatch_size=par.get("pipeline_parallel_microbatch_size", 1),  # torchtitan's default
+            linear=known("linear", LINEAR_KINDS),
+            scheme=known("tp_scheme", TP_SCHEMES),
+            ac=known("activation_checkpoint", AC_MODES),
+            tp=whole("parallelism", "tensor_parallel_degree", 1, 1),
+            pp=whole("parallelism", "pipeline_parallel_degree", 1, 1),
+            dp_shard=whole("parallelism", "data_parallel_shard_degree", -1, 1, minus_one=True),
+            dp_replicate=whole("parallelism", "data_parallel_replicate_degree", 1, 1),
+            # a window predicts each next token: 2 at least (the preflight's rule)
+            seq_len=whole("training", "seq_len", None, 2),
+            local_batch_size=whole("training", "local_batch_size", None, 1),
+            pp_microbatch_size=whole(
+                "parallelism", "pipeline_parallel_microbatch_size", 1, 1
+            ),  # torchtitan's
             dtype_bytes=DTYPE_BYTES[precision],
             compiled=compiles_model(compile_.get("enable", False), compile_.get("components", ["model"])),
-            vocab_size=boost.get("tokenizer_vocab_size", defaults.tokenizer_vocab_size),
+            vocab_size=whole("boost", "tokenizer_vocab_size", defaults.tokenizer_vocab_size, 1),
             reshard_policy=reshard,
-            cp=par.get("context_parallel_degree", 1),
-            attn_type=boost.get("attn_type", defaults.attn_type),
+            cp=whole("parallelism", "context_parallel_degree", 1, 1),
+            attn_type=known("attn_type", ATTENTION_TYPES),
             attn_mask_type=boost.get("attn_mask_type", defaults.attn_mask_type),
-            sequence_parallel=boost.get("sequence_parallel", defaults.sequence_parallel),
-            cudagraphs=boost.get("cudagraphs", defaults.cudagraphs),
+            sequence_parallel=flag("sequence_parallel"),
+            cudagraphs=flag("cudagraphs"),
+            cp_load_balancer=par.get("context_parallel_load_balancer", "headtail"),
         )
+        problem = layout.problem()
+        if problem:
+            raise ValueError(f"{path}: {problem}")
+        if layout.tp == 1 and not SCHEMES[layout.scheme].takes(KINDS[layout.linear]):
+            # no TP plan runs at one rank: the model is the kind's, as the trainer builds it whatever the scheme
+            layout = dataclasses.replace(layout, scheme=KINDS[layout.linear].tp_scheme)
+        return layout
+
+    def problem(self) -> str | None:
+        """The first of the preflight's layout rules (``boost.training.rules``) this layout breaks, as
+        ``[section] key = value: what to change``; ``None`` where it keeps them all."""
+        f = FLAVORS[self.flavor]
+        sharded = tp_sharded_dims(self.scheme, f.n_heads, f.n_kv_heads, f.dim, f.ffn_dim)
+        sharded["tokenizer_vocab_size"] = self.vocab_size
+        checks = [
+            (
+                "boost",
+                "attn_mask_type",
+                self.attn_mask_type,
+                attention_mask_problem(self.attn_type, self.attn_mask_type),
+            ),
+            ("boost", "tp_scheme", self.scheme, tp_scheme_problem(self.linear, self.scheme, self.tp)),
+            ("parallelism", "tensor_parallel_degree", self.tp, tp_shape_problem(sharded, self.tp)),
+            ("boost", "rank", self.rank, vanilla_rank_problem(self.scheme, self.rank, self.tp)),
+            (
+                "boost",
+                "activation_checkpoint",
+                self.ac,
+                activation_checkpoint_problem(self.ac, self.scheme, self.tp),
+            ),
+            (
+                "boost",
+                "sequence_parallel",
+                self.sequence_parallel,
+                sequence_parallel_problem(self.sequence_parallel, self.scheme, self.seq_len, self.tp),
+            ),
+            (
+                "boost",
+                "attn_type",
+                self.attn_type,
+                attention_layout_problem(self.attn_type, self.cp, self.pp),
+            ),
+            (
+                "parallelism",
+                "context_parallel_load_balancer",
+                self.cp_load_balancer,
+                load_balancer_problem(self.cp_load_balancer, self.attn_type, self.cp),
+            ),
+            ("training", "seq_len", self.seq_len, self.sequence_problem(self.seq_len, self.cp)),
+            (
+                "parallelism",
+                "pipeline_parallel_degree",
+                self.pp,
+                pipeline_problem(self.linear, self.pp, FLAVORS[self.flavor].n_layers),
+            ),
+            (
+                "parallelism",
+                "pipeline_parallel_microbatch_size",
+                self.pp_microbatch_size,
+                f"must divide training.local_batch_size = {self.local_batch_size} under pipeline parallelism"
+                if self.pp > 1 and self.local_batch_size % self.pp_microbatch_size
+                else None,
+            ),
+        ]
+        return next((f"[{s}] {k} = {v!r}: {why}" for s, k, v, why in checks if why), None)
+
+    def sequence_problem(self, seq_len: int, cp: int) -> str | None:
+        """What a window of ``seq_len`` needs to split over ``cp`` ranks and, under sequence parallelism,
+        over the TP ranks (the preflight's rules), or ``None``."""
+        return context_parallel_problem(
+            cp, seq_len, self.attn_type, self.cp_load_balancer, self.tp, self.sequence_parallel
+        ) or sequence_parallel_length_problem(self.sequence_parallel, self.scheme, seq_len, self.tp)
 
     @property
     def micro_batch(self) -> int:
@@ -216,8 +338,9 @@ class MicroBatchAdvice:
     gpu_memory_bytes: float
     micro_batch: int
     peak: dict[str, float]  # memory_per_gpu's breakdown at micro_batch
-    next_peak: float  # at micro_batch + 1: over usable_bytes
+    next_peak: float  # at micro_batch + 1: over usable_bytes (unless capped)
     shipped_peak: float  # at the TOML's micro-batch
+    capped: bool = False  # micro_batch is LARGEST_MICRO_BATCH, where the search stops, not the memory
 
     @property
     def usable_bytes(self) -> float:
@@ -249,7 +372,12 @@ class MicroBatchAdvice:
                 f"micro-batch {l.micro_batch} (the TOML's): peak {self.shipped_peak / GIB:.1f} GiB",
                 f"micro-batch {self.micro_batch} (largest that fits): peak {p['total'] / GIB:.1f} GiB ({terms}, "
                 f"workspace {p['workspace'] / GIB:.2f})",
-                f"micro-batch {self.micro_batch + 1}: peak {self.next_peak / GIB:.1f} GiB, over",
+                (
+                    f"micro-batch {self.micro_batch + 1} and above: not tried (the search stops at "
+                    f"LARGEST_MICRO_BATCH = {LARGEST_MICRO_BATCH}, which fits)"
+                    if self.capped
+                    else f"micro-batch {self.micro_batch + 1}: peak {self.next_peak / GIB:.1f} GiB, over"
+                ),
                 f"set it with: {self.overrides()}",
             ]
         )
@@ -271,17 +399,19 @@ def advise_micro_batch(config: str | Path, gpus: int, gpu_memory_bytes: float) -
             f"over the {budget / GIB:.1f} GiB usable of {gpu_memory_bytes / GIB:.1f}; use more GPUs (FSDP "
             "shards the states), a larger tp or pp, activation checkpointing, or a shorter seq_len"
         )
-    while len(peaks) <= LARGEST_MICRO_BATCH and peaks[-1] <= budget:
+    while len(peaks) < LARGEST_MICRO_BATCH and peaks[-1] <= budget:
         peaks.append(layout.peak(gpus, len(peaks) + 1))
-    best = len(peaks) - 1
+    capped = peaks[-1] <= budget  # every micro-batch up to the cap fits
+    best = len(peaks) if capped else len(peaks) - 1
     return MicroBatchAdvice(
         layout=layout,
         gpus=gpus,
         gpu_memory_bytes=gpu_memory_bytes,
         micro_batch=best,
         peak=layout.peak(gpus, best, breakdown=True),
-        next_peak=peaks[-1],
+        next_peak=layout.peak(gpus, best + 1),
         shipped_peak=layout.peak(gpus, layout.micro_batch),
+        capped=capped,
     )
 
 
@@ -349,15 +479,30 @@ def advise_long_sequence(
     no degree fits under it, under each mode that keeps less in turn (a TOML that keeps every activation
     at its own window, as the 1B does, recomputes at a long one); ``ValueError`` where none does (the
     message says what the largest degree peaks at and what to change)."""
+    if seq_len < 2:
+        raise ValueError(f"seq_len must be at least 2 (a window predicts each next token), got {seq_len}")
     base = TrainingLayout.from_toml(config)
     budget = usable_bytes(gpu_memory_bytes)
-    room = gpus // (base.tp * base.pp * base.dp_replicate)
+    model_parallel = base.tp * base.pp * base.dp_replicate
+    if gpus % model_parallel:
+        raise ValueError(
+            f"{config} needs a multiple of tp × pp × dp_replicate = {model_parallel} GPUs, not {gpus}"
+        )
+    length = sequence_parallel_length_problem(base.sequence_parallel, base.scheme, seq_len, base.tp)
+    if length:
+        raise ValueError(f"{config}: seq {seq_len} {length}")
+    room = gpus // model_parallel
+    # the degrees the preflight takes: the window splits (under the TOML's balancer and sequence parallelism)
+    # and the attention has a context-parallel path
     degrees = [
         cp
         for cp in range(1, room + 1)
         if room % cp == 0
-        and not context_parallel_problem(cp, seq_len, base.attn_type, "headtail", base.tp, False)
+        and not base.sequence_problem(seq_len, cp)
+        and not attention_layout_problem(base.attn_type, cp, base.pp)
     ]
+    if not degrees:  # cp 1 is refused only where the sequence itself is
+        raise ValueError(f"{config}: seq {seq_len} {base.sequence_problem(seq_len, 1)}")
     keeping_less = AC_BY_MEMORY_KEPT[AC_BY_MEMORY_KEPT.index(base.ac) :]  # the TOML's first
     modes = [ac for ac in keeping_less if not activation_checkpoint_problem(ac, base.scheme, base.tp)]
     toml_ac_peaks: dict[int, float] = {}
