@@ -51,6 +51,7 @@ from boost.training.rules import (
     context_parallel_problem,
     data_parallel_degree,
     load_balancer_problem,
+    microbatch_size_problem,
     pipeline_problem,
     reshards_after_forward,
     resolve_rank,
@@ -254,9 +255,7 @@ class TrainingLayout:
                 "parallelism",
                 "pipeline_parallel_microbatch_size",
                 self.pp_microbatch_size,
-                f"must divide training.local_batch_size = {self.local_batch_size} under pipeline parallelism"
-                if self.pp > 1 and self.local_batch_size % self.pp_microbatch_size
-                else None,
+                microbatch_size_problem(self.pp, self.local_batch_size, self.pp_microbatch_size),
             ),
         ]
         return next((f"[{s}] {k} = {v!r}: {why}" for s, k, v, why in checks if why), None)

@@ -165,6 +165,13 @@ def pipeline_stages_problem(schedule: str, multi_stage: bool, pp: int, stages: i
     return None
 
 
+def microbatch_size_problem(pp: int, local_batch_size: int, microbatch_size: int) -> str | None:
+    """The pipeline's micro-batch size divides the batch a rank reads (torchtitan's schedule splits it)."""
+    if pp == 1 or local_batch_size % microbatch_size == 0:
+        return None
+    return f"must divide training.local_batch_size = {local_batch_size} under pipeline parallelism"
+
+
 def pipeline_microbatch_problem(
     schedule: str, local_batch_size: int, microbatch_size: int, pp: int, stages: int
 ) -> str | None:

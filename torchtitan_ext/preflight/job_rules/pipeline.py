@@ -9,12 +9,9 @@ from torchtitan_ext.preflight.job_rules.rule import Check, JobContext, Rule, at_
 
 
 def _microbatch_divides_batch(ctx: JobContext) -> str | None:
-    if (
-        ctx.pp == 1
-        or ctx.job.training.local_batch_size % ctx.job.parallelism.pipeline_parallel_microbatch_size == 0
-    ):
-        return None
-    return f"must divide training.local_batch_size = {ctx.job.training.local_batch_size} under pipeline parallelism"
+    return rules.microbatch_size_problem(
+        ctx.pp, ctx.job.training.local_batch_size, ctx.job.parallelism.pipeline_parallel_microbatch_size
+    )
 
 
 def _validation_splits_into_microbatches(ctx: JobContext) -> str | None:
