@@ -137,6 +137,20 @@ def test_pipeline_transfer_is_the_residual_a_rank_holds(scheme, sequence_paralle
     assert parts["p2p"] == pytest.approx(2 * 2 * (4 * 4096 * width) * 2 / A100.bus_bw)
 
 
+def test_pipeline_transfer_leaves_the_node_where_the_stages_are_a_node_apart():
+    """A stage's neighbour is tp·dp·cp ranks away in torchtitan's mesh (pp outermost): tp 4 × pp 2 fills one
+    node of 8 at dp 1, where the boundary runs on NVLink; at dp 2 the neighbours are 8 ranks apart, on another
+    node, and the transfer runs at the inter-node bandwidth (``Hardware.group_bw``, FSDP's and CP's rule)."""
+    run = dict(**PAPER_RUN, num_microbatches=1, breakdown=True)
+    boundary = 2 * 2 * (4 * 4096 * 5120 // 4) * 2  # btp's d/t residual, there and back, 2 ticks, 2 bytes
+    inside = predict_step_time("13B", "btp", 4, 2, dp=1, **run)
+    across = predict_step_time("13B", "btp", 4, 2, dp=2, **run)
+    cp_across = predict_step_time("13B", "btp", 4, 2, dp=1, cp=2, **run)
+    assert inside["p2p"] == pytest.approx(boundary / A100.bus_bw)
+    assert across["p2p"] == pytest.approx(boundary / A100.inter_bw)
+    assert cp_across["p2p"] == pytest.approx(boundary / 2 / A100.inter_bw)  # each rank holds s/cp tokens
+
+
 def test_unknown_inputs_raise():
     with pytest.raises(ValueError, match="unknown hardware"):
         predict_step_time("7B", "btp", 4, 1, hardware="tpu", micro_batch=4, seq_len=4096)

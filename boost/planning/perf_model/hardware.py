@@ -45,6 +45,13 @@ class Hardware:
     peak_flops_fp64: float = 19.5e12  # A100 FP64 tensor core; H100 SXM 67 TFLOP/s
     eta_svd: float = 0.05  # the 2r × 2r SVD's rate, as a fraction of peak_flops_fp64, counting 22·n³ flops
 
+    def group_bw(self, span: int) -> float:
+        """The bandwidth of a group whose ranks lie within ``span`` consecutive ranks of torchtitan's mesh
+        (``(pp, dp_replicate, dp_shard, cp, tp)``, tp innermost, a node ``gpus_per_node`` consecutive ranks):
+        NVLink's ``bus_bw`` while the span fits a node, else ``inter_bw`` (some of its traffic leaves the node,
+        and the group runs at that pace)."""
+        return self.bus_bw if span <= self.gpus_per_node else self.inter_bw
+
 
 # Fitted 2026-11-22 on the paper's 15 step times (GEMM/attention/memory efficiencies, t_kernel)
 # and its 3-cell per-layer communication row (bus_bw, latency); see docs/perf_model.md.

@@ -21,7 +21,9 @@ collectives         ``count·latency + ring·elements·dtype / bus_bw``; ring = 
                     (t-1)/t (all-gather, reduce-scatter); counts and elements from
                     ``boost.planning.comm_volume.per_layer``; TP collectives are on the critical path
 pipeline (1F1B)     ``(m + p - 1) · t_stage``, i.e. a bubble of ``(p-1)/(m+p-1)``; a stage sends the
-                    residual on (``TPScheme.residual_shape``) and receives its gradient at ``bus_bw``
+                    residual on (``TPScheme.residual_shape``) and receives its gradient, at ``bus_bw``
+                    while the pipeline's ``tp·dp·cp·pp`` consecutive ranks fit a node, else at
+                    ``inter_bw`` (``Hardware.group_bw``, FSDP's and CP's rule)
 context parallel    the attention's collectives of ``comm_volume.context_parallel_layer`` over the
                     ``cp`` group (NVLink while ``tp·cp`` fits a node), on the critical path; torch's
                     ring runs ``cp`` kernels a direction and merges their float32 partial outputs
@@ -328,7 +330,7 @@ def layer_times(
     cp_bytes = context_parallel_layer(
         args, scheme, tp, micro_batch, seq_len, cp, attn_type, attn_mask_type, dtype_bytes=dtype_bytes
     )
-    cp_bw = hw.bus_bw if tp * cp <= hw.gpus_per_node else hw.inter_bw
+    cp_bw = hw.group_bw(tp * cp)  # a CP group: tp·cp consecutive ranks
     if cp > 1 and context_parallel_path(attn_type, attn_mask_type) == "ring":
         # torch's ring: a kernel per step, its partial output and log-sum-exp merged in float32 (forward),
         # its dq, dk, dv accumulated in float32 (backward)
@@ -430,7 +432,9 @@ def predict_step_time(
     if KINDS[args.linear].latent_crossing:  # LaX's carried latents cross beside it (a rank's share)
         tokens = SCHEMES[scheme].latent_tokens(micro_batch * (seq_len // cp), tp, sequence_parallel)
         crossing += tokens * 7 * args.rank
-    p2p = 2 * crossing * dtype_bytes / hw.bus_bw if pp > 1 else 0.0
+    # a stage's neighbour is tp·dp·cp ranks away (pp is the mesh's outermost dim): the pipeline spans
+    # tp·dp·cp·pp consecutive ranks, and crosses nodes where that exceeds one
+    p2p = 2 * crossing * dtype_bytes / hw.group_bw(tp * dp * cp * pp) if pp > 1 else 0.0
     # 1F1B runs at the pace of the slowest stage: the last one, which also holds the LM head and loss
     stage = layers_per_stage * layer + p2p + head
     pipeline = (m + pp - 1) * stage
@@ -446,7 +450,7 @@ def predict_step_time(
         gathers = 2 if reshards else 1
         # torchtitan's mesh is (pp, dp_replicate, dp_shard, cp, tp), tp innermost: an FSDP group spans
         # tp·dp·cp consecutive ranks, whatever pp
-        bw = hw.inter_bw if tp * shards > hw.gpus_per_node else hw.bus_bw
+        bw = hw.group_bw(tp * shards)
         # gradients reduce-scattered in float32: torchtitan's training.mixed_precision_reduce, the one value
         # it takes
         fsdp = (shards - 1) / shards * args_params(args) / (tp * pp) * (gathers * dtype_bytes + 4) / bw
