@@ -398,6 +398,18 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def profile_step_problem(steps: int, profile_step: int) -> str | None:
+    """Why ``--profile-step`` cannot be profiled in a run of ``steps`` steps, or ``None``: ``run_child`` profiles
+    an ordinary step (after the first, which compiles, and the second, counted eagerly), closes the profiler
+    at the next step's start, and times each pair of consecutive steps from the third on that neither is the
+    profiled one nor starts late after it: at least one must be left."""
+    if not 3 <= profile_step < steps:
+        return f"{profile_step} must be a step from 3 (1 compiles, 2 is counted eagerly) to --steps - 1 = {steps - 1}"
+    if not set(range(3, steps)) - {profile_step, profile_step + 1}:
+        return f"{profile_step} leaves no two consecutive steps timed in --steps {steps}: raise --steps"
+    return None
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
@@ -409,6 +421,8 @@ def main(argv: list[str] | None = None) -> None:
 
     p = parser()
     a = p.parse_args(argv)
+    if (problem := profile_step_problem(a.steps, a.profile_step)) is not None:
+        p.error(f"argument --profile-step: {problem}")
     # the runs of one scheme: (label, tree, overrides); a baseline first, in its own default
     runners = [(_label(a.baseline.resolve()), a.baseline.resolve(), [])] if a.baseline else []
     runners += [

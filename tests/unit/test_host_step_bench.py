@@ -54,6 +54,22 @@ def test_no_repetitions_or_steps_are_refused(capsys):
         assert re.search(f"argument {flag}: 0 is not a positive integer", capsys.readouterr().err)
 
 
+@pytest.mark.parametrize(
+    "steps,profile_step,why",
+    [
+        ("11", "11", "from 3 .* to --steps - 1 = 10"),  # the profiler never closes
+        ("11", "2", "from 3"),  # step 2 is counted eagerly, not an ordinary step
+        ("5", "3", "leaves no two consecutive steps timed in --steps 5"),  # steady list empty: median fails
+    ],
+)
+def test_a_profile_step_the_run_cannot_profile_and_time_around_is_refused(capsys, steps, profile_step, why):
+    with pytest.raises(SystemExit):
+        host_step.main(["--steps", steps, "--profile-step", profile_step])
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert re.search(f"argument --profile-step: {profile_step} .*{why}", err), err
+    assert host_step.profile_step_problem(5, 4) is None and host_step.profile_step_problem(11, 7) is None
+
+
 def test_the_childs_command_line_parses_without_the_parents_options():
     c = host_step.child_parser().parse_args(
         ["--child", "btp", "--steps", "11", "--profile-step", "7", "--log-freq", "10", "--", "--x.y", "1"]
