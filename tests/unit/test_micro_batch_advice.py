@@ -393,3 +393,54 @@ def test_long_window_advice_recomputes_only_where_no_degree_fits_the_tomls_check
     recomputed = advise_long_sequence(_toml("7B"), 4, 80 * GIB, 32768)
     assert (recomputed.toml_ac, recomputed.layout.ac) == ("lowrank", "full")
     assert max(recomputed.toml_ac_peaks.values()) > budget >= recomputed.peak
+
+
+@pytest.mark.parametrize(
+    ("scheme", "linear", "gate", "grouped", "tp"),
+    [
+        ("btp", "lax", "linear", True, 2),
+        ("btp", "lax", "tensorized", False, 4),
+        ("vanilla", "lax", "linear", False, 4),
+        ("megatron", "full", "tensorized", False, 2),
+    ],
+)
+def test_the_states_are_the_real_tp_ranks_parameters(tmp_path, scheme, linear, gate, grouped, tp):
+    """A TP rank holds the sharded parameters' tp-th and the ones its plan replicates (LaX's gates and norms,
+    the norms on a replicated residual) whole; FSDP shards what it holds. The TOML's boost.lax_gate and
+    boost.group_linears choose the model. Counted on the real model, its TP plan applied on meta tensors over a
+    fake process group of tp ranks (rank 0's local shards)."""
+    import warnings
+
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from boost.training.model.args import ModelArgs
+    from boost.training.model.model import Transformer
+    from boost.training.parallel import apply_tp
+
+    toml = tmp_path / "lax.toml"
+    toml.write_text(
+        f'[model]\nflavor = "debug"\n[training]\nseq_len = 64\nlocal_batch_size = 2\n'
+        f"[parallelism]\ntensor_parallel_degree = {tp}\n"
+        f'[boost]\nlinear = "{linear}"\ntp_scheme = "{scheme}"\nlax_gate = "{gate}"\n'
+        f"group_linears = {str(grouped).lower()}\ntokenizer_vocab_size = 256\n"
+    )
+    layout = TrainingLayout.from_toml(toml)
+    args = ModelArgs.from_flavor(
+        "debug", linear=linear, vocab_size=256, rank=layout.rank, lax_gate=gate, group_linears=grouped
+    )
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
+    try:
+        with torch.device("meta"):
+            model = Transformer(args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the ungrouped btp model's online norm runs "sync"
+            apply_tp(model, init_device_mesh("cpu", (tp,)), scheme=scheme)
+        held = sum((p._local_tensor if isinstance(p, DTensor) else p).numel() for p in model.parameters())
+    finally:
+        dist.destroy_process_group()
+    dp = 2
+    assert layout.peak(tp * dp, 1, breakdown=True)["states"] == pytest.approx(16 * held / dp, rel=1e-12)

@@ -107,6 +107,14 @@ def test_parallel_degrees_that_do_not_multiply_to_the_gpus_are_refused(tmp_path)
             "[parallelism] tensor_parallel_degree = 3: must divide n_heads",
         ),
         ("boost", "sequence_parallel", '"yes"', "[boost] sequence_parallel = 'yes': must be true or false"),
+        (
+            "boost",
+            "lax_gate",
+            '"kron"',
+            "[boost] lax_gate = 'kron' is unknown; choose one of ('tensorized', ",
+        ),
+        ("boost", "lax_gate_form", '"fused"', "[boost] lax_gate_form = 'fused': choose one of ('factored', "),
+        ("boost", "group_linears", '"no"', "[boost] group_linears = 'no': must be true or false"),
     ],
     ids=[
         "linear",
@@ -117,6 +125,9 @@ def test_parallel_degrees_that_do_not_multiply_to_the_gpus_are_refused(tmp_path)
         "seq_len-1",
         "tp-3",
         "sequence_parallel",
+        "lax_gate",
+        "lax_gate_form",
+        "group_linears",
     ],
 )
 @pytest.mark.parametrize("seq_len", [None, 32768], ids=["micro-batch", "long-windows"])

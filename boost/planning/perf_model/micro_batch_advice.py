@@ -40,6 +40,7 @@ from boost.training.rules import (
     AC_MODES,
     ATTENTION_TYPES,
     KINDS,
+    LAX_GATES,
     LINEAR_KINDS,
     RESHARD_POLICIES,
     SCHEMES,
@@ -50,6 +51,8 @@ from boost.training.rules import (
     compiles_model,
     context_parallel_problem,
     data_parallel_degree,
+    grouping_problem,
+    lax_gate_form_problem,
     load_balancer_problem,
     microbatch_size_problem,
     pipeline_problem,
@@ -100,6 +103,9 @@ class TrainingLayout:
     sequence_parallel: bool = False  # boost.sequence_parallel
     cudagraphs: bool = False  # boost.cudagraphs
     cp_load_balancer: str | None = "headtail"  # parallelism.context_parallel_load_balancer
+    lax_gate: str = "tensorized"  # boost.lax_gate
+    lax_gate_form: str = "factored"  # boost.lax_gate_form
+    group_linears: bool = True  # boost.group_linears
 
     @classmethod
     def from_toml(cls, path: str | Path) -> TrainingLayout:
@@ -195,6 +201,10 @@ class TrainingLayout:
             sequence_parallel=flag("sequence_parallel"),
             cudagraphs=flag("cudagraphs"),
             cp_load_balancer=par.get("context_parallel_load_balancer", "headtail"),
+            lax_gate=known("lax_gate", LAX_GATES),
+            # checked against the gate in problem() (rules.lax_gate_form_problem: its choices first)
+            lax_gate_form=boost.get("lax_gate_form", defaults.lax_gate_form),
+            group_linears=flag("group_linears"),
         )
         problem = layout.problem()
         if problem:
@@ -218,6 +228,18 @@ class TrainingLayout:
                 attention_mask_problem(self.attn_type, self.attn_mask_type),
             ),
             ("boost", "tp_scheme", self.scheme, tp_scheme_problem(self.linear, self.scheme, self.tp)),
+            (
+                "boost",
+                "lax_gate_form",
+                self.lax_gate_form,
+                lax_gate_form_problem(self.lax_gate, self.lax_gate_form),
+            ),
+            (
+                "boost",
+                "group_linears",
+                self.group_linears,
+                grouping_problem(self.scheme, self.group_linears, self.tp),
+            ),
             ("parallelism", "tensor_parallel_degree", self.tp, tp_shape_problem(sharded, self.tp)),
             ("boost", "rank", self.rank, vanilla_rank_problem(self.scheme, self.rank, self.tp)),
             (
@@ -315,6 +337,9 @@ class TrainingLayout:
             sequence_parallel=self.sequence_parallel,
             cudagraphs=self.cudagraphs,
             dp_replicate=self.dp_replicate,
+            lax_gate=self.lax_gate,
+            lax_gate_form=self.lax_gate_form,
+            group_linears=self.group_linears,
             breakdown=breakdown,
         )
 

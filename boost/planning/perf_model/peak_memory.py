@@ -1,22 +1,24 @@
 """Peak memory of one GPU of a layout: what a training step holds at its highest, in closed form.
 
-Per GPU (bytes; ``P`` = parameters of the rank's stage, ``T = b·s/cp`` the tokens of a rank, ``L =
-ceil(n_layers/pp)``; ``dp`` below is FSDP's shard degree, ``dp_shard × cp`` under context parallelism;
-HSDP's replicas hold the same shards):
+Per GPU (bytes; ``P`` = a TP rank's parameters of its stage: the ones its TP plan shards, ``/tp``, and the
+ones it replicates whole, ``step_time.tp_replicated_params``: LaX's gates and norms, the norms on a replicated
+residual; ``P_layer`` a layer's of them; ``T = b·s/cp`` the tokens of a rank, ``L = ceil(n_layers/pp)``;
+``dp`` below is FSDP's shard degree, ``dp_shard × cp`` under context parallelism; HSDP's replicas hold the
+same shards):
 
 ==================  ============================================================================
-states              ``16·P / (tp·dp)``: fp32 master weights, fp32 grads, Adam m and v, sharded by
+states              ``16·P / dp``: fp32 master weights, fp32 grads, Adam m and v, sharded by
                     FSDP over dp (every rank its share: the batched ``[G, d_out, r]`` up-projections
                     are sharded on ``r``, ``torchtitan_ext.infra.parallelize.shard_placement``)
-unsharded           under FSDP2: ``2·dtype·P_layer / tp`` for the all-gathered weights of the layer in
+unsharded           under FSDP2: ``2·dtype·P_layer`` for the all-gathered weights of the layer in
                     use and the next one (prefetch), ``(dtype + 4)·V·d / tp`` for the all-gathered
                     embedding or head with its unsharded fp32 gradient (in that unit's backward);
-                    under PP (m > 1, any FSDP degree) instead ``(dtype + 4)·P / tp``: torch's schedule keeps
+                    under PP (m > 1, any FSDP degree) instead ``(dtype + 4)·P``: torch's schedule keeps
                     the stage's weights gathered and its gradients unsharded across micro-batches;
-                    with ``fsdp_reshard_after_forward = "never"`` (no PP) instead ``dtype·P / tp +
+                    with ``fsdp_reshard_after_forward = "never"`` (no PP) instead ``dtype·P +
                     4·V·d / tp``: every layer's gathered weights held from its forward to its
                     backward, and the head's fp32 gradient;
-                    and ``(dtype + 4)·P_layer / tp`` in a layer's backward: its unsharded gradient in
+                    and ``(dtype + 4)·P_layer`` in a layer's backward: its unsharded gradient in
                     the compute dtype and FSDP2's fp32 reduce-scatter input. Where FSDP2 does not wrap
                     (``boost.training.rules.fsdp_wraps``: one device, where torchtitan's autocast casts
                     in place, or TP/PP in float32 at a shard degree of 1; the gradients are the fp32
@@ -84,7 +86,12 @@ from __future__ import annotations
 import math
 
 from boost.planning.comm_volume import RING_GRADIENT_BYTES, attention_kv_width
-from boost.planning.perf_model.step_time import args_params, block_gemms, model_args
+from boost.planning.perf_model.step_time import (
+    args_params,
+    block_gemms,
+    model_args,
+    tp_replicated_params,
+)
 from boost.training.rules import AC_MODES, KINDS, SCHEMES, context_parallel_path, fsdp_wraps
 
 GIB = 2**30
@@ -139,6 +146,9 @@ def memory_per_gpu(
     sequence_parallel: bool = False,
     cudagraphs: bool = False,
     dp_replicate: int = 1,
+    lax_gate: str = "tensorized",
+    lax_gate_form: str = "factored",
+    group_linears: bool | None = None,
     breakdown: bool = False,
 ) -> float | dict[str, float]:
     """Peak bytes on one GPU (module docstring's formulas). ``dp`` is the FSDP degree (its shard degree;
@@ -153,10 +163,20 @@ def memory_per_gpu(
     ``"total"``. ``cp``: the context-parallel degree (a rank holds ``s/cp`` of each window, FSDP shards over
     ``dp·cp``), with the attention's ``attn_type`` and ``attn_mask_type`` (what CP gathers).
     ``sequence_parallel``: ``boost.sequence_parallel`` (the scheme's plan: ``TPScheme.sequence_parallel``);
-    ``cudagraphs``: ``boost.cudagraphs`` (the blocks replayed as CUDA graphs: their pool, module docstring)."""
+    ``cudagraphs``: ``boost.cudagraphs`` (the blocks replayed as CUDA graphs: their pool, module docstring);
+    ``lax_gate``, ``lax_gate_form``, ``group_linears``: the model's (``model_args``)."""
     if ac not in AC_MODES:
         raise ValueError(f"unknown activation_checkpoint {ac!r}; choose one of {AC_MODES}")
-    args = model_args(flavor, scheme, vocab_size, linear, rank)
+    args = model_args(
+        flavor,
+        scheme,
+        vocab_size,
+        linear,
+        rank,
+        lax_gate=lax_gate,
+        lax_gate_form=lax_gate_form,
+        group_linears=group_linears,
+    )
     T = micro_batch * seq_len // cp
     # whether FSDP2 wraps the model at all: the runtime's rule (no FSDP: nothing gathered, no reduce-scatter
     # input; one device, or TP/PP in float32 at a shard degree of 1)
@@ -167,9 +187,13 @@ def memory_per_gpu(
     dp = dp * cp  # FSDP's mesh: dp_shard × cp
     layers = math.ceil(args.n_layers / pp)
     params = args_params(args)
-    layer_params = (params - 2 * args.dim * vocab_size) / args.n_layers
-    # the first stage holds the embedding, the last the head; without PP one rank holds both
-    params_stage = layer_params * layers + (2 if pp == 1 else 1) * args.dim * vocab_size
+    # a layer's parameters on a TP rank: its sharded ones' tp-th, the ones the plan replicates whole
+    # (tp_replicated_params: the norms on a replicated residual, LaX's gates and norms)
+    replicated = tp_replicated_params(args, scheme) / args.n_layers
+    layer_params = ((params - 2 * args.dim * vocab_size) / args.n_layers - replicated) / tp + replicated
+    # a TP rank's parameters of its stage: the first stage holds the embedding, the last the head (each
+    # vocab-parallel); without PP one rank holds both
+    params_stage = layer_params * layers + (2 if pp == 1 else 1) * args.dim * vocab_size / tp
     if not wraps:
         unsharded = 0.0  # no FSDP2: autocast casts each weight where it is used, or float32 computes as is
     elif pp > 1 and num_microbatches > 1:
@@ -177,17 +201,17 @@ def memory_per_gpu(
         # stage's weights stay gathered, and its gradients unsharded (fp32), for the whole step; at an
         # FSDP degree of 1 as well, where FSDP2 wraps for the precision (its gathered copy is the bf16 one:
         # the 13B@8 rank, tp 4 × pp 2, measured 19.36 GiB on the H100 where the model without it said 15.3)
-        unsharded = (dtype_bytes + 4) * params_stage / tp
+        unsharded = (dtype_bytes + 4) * params_stage
     elif pp == 1 and not reshard_after_forward:
         # every layer's weights stay gathered from its forward to its backward; the head's fp32 gradient
-        unsharded = dtype_bytes * params_stage / tp + 4 * args.dim * vocab_size / tp
+        unsharded = dtype_bytes * params_stage + 4 * args.dim * vocab_size / tp
     else:
         # the layer in use and the next one (FSDP prefetch); the embedding or head with its unsharded
         # fp32 gradient, together in that unit's backward (V·d/tp: as large as a layer at 1B, tp 1)
-        unsharded = 2 * dtype_bytes * layer_params / tp + (dtype_bytes + 4) * args.dim * vocab_size / tp
+        unsharded = 2 * dtype_bytes * layer_params + (dtype_bytes + 4) * args.dim * vocab_size / tp
     if wraps:
         # a layer's backward: its unsharded gradient, and FSDP2's fp32 reduce-scatter input beside it
-        unsharded += (dtype_bytes + 4) * layer_params / tp
+        unsharded += (dtype_bytes + 4) * layer_params
     record = SCHEMES[scheme]
     heads, d_res, f_local = (
         record.local(args.n_heads, tp),
@@ -239,7 +263,7 @@ def memory_per_gpu(
     in_flight = min(num_microbatches, pp)
     kept = layers * in_flight * a_keep * (2 if cudagraphs else 1)  # the graphs' pool: module docstring
     parts = {
-        "states": 16 * params_stage / (tp * dp),
+        "states": 16 * params_stage / dp,
         "unsharded": unsharded,
         "activations": (kept + a_layer) * ACTIVATION_CALIBRATION,
         "logits": 3 * 4 * T * vocab_size / tp * ACTIVATION_CALIBRATION,

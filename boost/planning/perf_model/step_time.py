@@ -78,10 +78,19 @@ from boost.training.rules import (
 
 
 def model_args(
-    flavor: str, scheme: str, vocab_size: int = 32000, linear: str = "cola", rank: int | None = None
+    flavor: str,
+    scheme: str,
+    vocab_size: int = 32000,
+    linear: str = "cola",
+    rank: int | None = None,
+    *,
+    lax_gate: str = "tensorized",
+    lax_gate_form: str = "factored",
+    group_linears: bool | None = None,
 ) -> ModelArgs:
-    """The model a scheme runs (``TPScheme.kind_for``), its down-projections grouped where the scheme keeps
-    the rank dim whole; ``rank`` ``None`` is the flavor's."""
+    """The model a scheme runs (``TPScheme.kind_for``); ``rank`` ``None`` is the flavor's; ``lax_gate`` and
+    ``lax_gate_form`` LaX's (``boost.lax_gate``, ``boost.lax_gate_form``); ``group_linears`` the TOML's
+    ``boost.group_linears``, ``None``: grouped where the scheme keeps the rank dim whole."""
     if scheme not in TP_SCHEMES:
         raise ValueError(f"unknown tp scheme {scheme!r}; choose one of {TP_SCHEMES}")
     kind = SCHEMES[scheme].kind_for(linear)
@@ -89,7 +98,13 @@ def model_args(
         raise ValueError(f"scheme {scheme!r} needs a low-rank linear kind, not {kind!r}")
     overrides = {} if rank is None else {"rank": rank}
     return ModelArgs.from_flavor(
-        flavor, linear=kind, vocab_size=vocab_size, group_linears=SCHEMES[scheme].groups_linears, **overrides
+        flavor,
+        linear=kind,
+        vocab_size=vocab_size,
+        group_linears=SCHEMES[scheme].groups_linears if group_linears is None else group_linears,
+        lax_gate=lax_gate,
+        lax_gate_form=lax_gate_form,
+        **overrides,
     )
 
 
@@ -102,6 +117,22 @@ def args_params(args: ModelArgs) -> int:
         + (2 * args.n_layers + 1) * args.dim
         + crossing_params(args)
     )
+
+
+def tp_replicated_params(args: ModelArgs, scheme: str) -> int:
+    """Parameters every TP rank of ``scheme`` holds whole (its plan's ``Replicate`` ones): the RMSNorm weights
+    on a replicated residual (all of them under vanilla and megatron; under btp, whose residual is sharded,
+    the final norm alone, which reads the gathered residual) and LaX's norms and gates (the latent they
+    act on is whole on a rank: replicated after btp's all-reduce, gathered under vanilla)."""
+    norms = 1 if SCHEMES[scheme].shards_residual else 2 * args.n_layers + 1
+    return norms * args.dim + crossing_params(args)
+
+
+def rank_params(args: ModelArgs, scheme: str, tp: int) -> float:
+    """Parameters one TP rank holds: the sharded ones' ``1/tp``, the replicated ones whole
+    (``tp_replicated_params``); before FSDP shards them all over its own ranks."""
+    replicated = tp_replicated_params(args, scheme)
+    return (args_params(args) - replicated) / tp + replicated
 
 
 class Gemm(NamedTuple):
@@ -166,6 +197,12 @@ def block_gemms(
     return gates + block
 
 
+def crossing_members(args: ModelArgs) -> list[int]:
+    """The members of each of a block's bottlenecks, one LaX crossing each: q|k|v, o, gate|up, down grouped,
+    else the seven projections alone."""
+    return [3, 1, 2, 1] if args.grouped else [1] * 7
+
+
 def _lax_gate_gemms(args: ModelArgs, tokens: int) -> list[Gemm]:
     """LaX's gates in one block, on the whole latent of ``tokens`` (every scheme holds it whole on a rank:
     replicated after BTP's all-reduce, gathered under vanilla; a rank's rows of it under btp's sequence
@@ -177,7 +214,7 @@ def _lax_gate_gemms(args: ModelArgs, tokens: int) -> list[Gemm]:
     if not KINDS[args.linear].latent_crossing or args.lax_gate == "none":
         return []
     r = args.rank
-    members = [3, 1, 2, 1] if args.grouped else [1] * 7
+    members = crossing_members(args)
     if args.lax_gate == "linear":
         return [Gemm(tokens, r, r, g, "gate") for g in members]
     if args.lax_gate_form == "kron":
@@ -440,7 +477,7 @@ def predict_step_time(
     pipeline = (m + pp - 1) * stage
     # Adam over this rank's shard of the parameters and fp32 states: ~28 B/param read + written
     shards = dp * cp  # FSDP's mesh: dp_shard × cp
-    params = args_params(args) / (tp * pp * shards)
+    params = rank_params(args, scheme, tp) / (pp * shards)  # TP-replicated parameters whole on a rank
     optimizer = params * 28 / (hw.mem_bw * hw.eta_hbm)
     # FSDP (module docstring), overlapped with compute: only the excess shows
     fsdp = 0.0
@@ -453,7 +490,7 @@ def predict_step_time(
         bw = hw.group_bw(tp * shards)
         # gradients reduce-scattered in float32: torchtitan's training.mixed_precision_reduce, the one value
         # it takes
-        fsdp = (shards - 1) / shards * args_params(args) / (tp * pp) * (gathers * dtype_bytes + 4) / bw
+        fsdp = (shards - 1) / shards * rank_params(args, scheme, tp) / pp * (gathers * dtype_bytes + 4) / bw
     exposed_fsdp = max(0.0, fsdp - pipeline)
     total = pipeline + optimizer + exposed_fsdp
     if not breakdown:
