@@ -3,12 +3,14 @@
 # run_train.sh test on cuda:LOCAL_RANK under NCCL, and NGPU=2 on a one-GPU machine fails. Set before
 # anything asks CUDA for its devices (torch reads the variable then), so before torchtitan_ext.
 import os
+from pathlib import Path
 
 os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 # torchtitan_ext installs its CPU adaptation on import: before any test module imports torchtitan.
 import torchtitan_ext  # noqa: F401,E402,I001
 
+import pytest
 import torch
 
 # One intra-op thread in the pytest process: its tests compute on tiny tensors, where a second
@@ -31,3 +33,29 @@ def pytest_collection_modifyitems(config, items):
     # list (the GPU rows' layout was 66th of 740, after 50 feature-matrix rows) starts last, and the other
     # worker idles through it. The rest keep their order (a stable sort).
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
+_FAST_TIER_GUARD = str(Path(__file__).resolve().parent / "fast_tier_guard")
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_start_no_torch_process(request, tmp_path_factory, monkeypatch):
+    """A test not marked ``slow`` fails when a Python process it starts imports torch (a run_train.sh, a
+    gloo rank, a CLI that loads torch): ``tests/fast_tier_guard``'s sitecustomize notes the import in every
+    process started with this process's environment (a test that hands a child an environment of its own
+    without the PYTHONPATH goes unwatched)."""
+    if request.node.get_closest_marker("slow") is not None:
+        yield
+        return
+    log = tmp_path_factory.mktemp("torch-imports", numbered=True) / "log"
+    monkeypatch.setenv("BOOST_TORCH_IMPORT_LOG", str(log))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [_FAST_TIER_GUARD, os.environ.get("PYTHONPATH")]))
+    )
+    yield
+    if log.exists():
+        pytest.fail(
+            "a test of the fast tier started processes that import torch; mark it @pytest.mark.slow:\n"
+            + log.read_text(),
+            pytrace=False,
+        )

@@ -159,6 +159,7 @@ def test_a_context_parallel_dry_run_logs_a_real_runs_loss(tmp_path):
     assert norms[1] <= norms[0] < 1.5 * norms[1], norms
 
 
+@pytest.mark.slow
 def test_ranks_compiling_only_the_loss_compile_their_own_graphs(tmp_path):
     """Only the loss compiled (``compile.components = ["loss"]``) under tp 2 × FSDP 2: rank 0 and then rank 2
     (another TP group) dry-run on one inductor cache. Under loss-parallel TP the loss's graph names this

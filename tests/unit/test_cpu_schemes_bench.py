@@ -18,6 +18,7 @@ def _rerun(command: str):
     return cpu_schemes.parser().parse_args(words[3:])
 
 
+@pytest.mark.slow  # two gloo rank processes
 def test_a_runs_header_names_every_option_it_changed(capsys):
     argv = ["--tp", "2", "--flavor", "debug", "--seq", "32", "--batch", "2", "--reps", "1", "--warmup", "0"]
     cpu_schemes.main(argv)  # two gloo ranks, one step of each scheme
