@@ -11,6 +11,10 @@ A ``TorchDispatchMode`` sees each collective as the op the *program* dispatched:
   _reduce_scatter_base_, alltoall_base_, broadcast_, ...}``, also inside custom autograd Functions
   and in backward. ``scatter_``, ``gather_``, ``reduce_`` and ``barrier`` count under their own
   names, as does any other ``c10d`` op (``send``, ``recv_``, ...).
+- DTensor's ``Shard(i)`` → ``Shard(j)`` redistribute on a GPU mesh: ``_dtensor.shard_dim_alltoall``, one
+  all-to-all (torch registers it outside ``_c10d_functional``; the collective it runs inside is not seen).
+- ``_c10d_functional.batch_p2p_ops`` (functional ``batch_isend_irecv``): its sends count as one ``send``, its
+  receives as one ``recv``, each with the summed payload of its tensors (what ``op_list`` says each one is).
 
 - torch's context-parallel custom ops, ``cplib.flex_cp_allgather`` (FlexAttention's CP, and BOOST's masked
   SDPA under CP) and its backward: what they issue inside, one all-gather of the keys and one of the values
@@ -36,8 +40,10 @@ scatter/gather  the tensor scattered from / gathered to the root (as every rank 
 DTensors outside the counter unless that traffic is meant to be counted.
 
 **NCCL's rules, checked on any backend.** Before a collective runs, its tensors are checked against what
-ProcessGroupNCCL refuses or what would be wrong on a GPU: one dtype across a coalesced call, contiguous
-inputs, one device, and (with ``device=``) the parameters' device, never a CPU tensor beside a GPU model.
+ProcessGroupNCCL refuses or what would be wrong on a GPU: one dtype across a coalesced call (a batch of
+sends and receives may mix them), contiguous inputs (but for the ops that copy their own contiguous:
+``shard_dim_alltoall``, the CP ops), one device, and (with ``device=``) the parameters' device, never a CPU
+tensor beside a GPU model.
 A broken rule raises ``NcclRuleError`` at the collective that broke it, so a gloo test fails where an
 NCCL run would. Host syncs (``.item()``, ``bool(t)``, ``.tolist()``: ``aten._local_scalar_dense``) are
 counted in ``host_syncs``: a step that syncs stops the host running ahead of the GPU.
@@ -68,7 +74,7 @@ from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 Shape = tuple[int, ...]
-_F, _C = "_c10d_functional", "c10d"
+_F, _C, _DT = "_c10d_functional", "c10d", "_dtensor"
 _NOT_COLLECTIVES = {(_F, "wait_tensor"), (_F, "_wrap_tensor_autograd")}
 _HOST_SYNC = torch.ops.aten._local_scalar_dense.default
 
@@ -87,8 +93,16 @@ def _tensors(args) -> list[torch.Tensor]:
     return flat
 
 
-def nccl_rule_problem(op: str, tensors: list[torch.Tensor], device: torch.device | None = None) -> str | None:
-    """What NCCL would refuse in a collective over ``tensors``, or ``None``.
+def nccl_rule_problem(
+    op: str,
+    tensors: list[torch.Tensor],
+    device: torch.device | None = None,
+    one_dtype: bool = True,
+    contiguous: bool = True,
+) -> str | None:
+    """What NCCL would refuse in a collective over ``tensors``, or ``None``. ``one_dtype=False`` for a batch of
+    point-to-point ops (NCCL groups separate sends and receives, each of its own dtype); ``contiguous=False`` for
+    an op that copies its input contiguous itself before the collective.
 
     Example::
 
@@ -96,10 +110,10 @@ def nccl_rule_problem(op: str, tensors: list[torch.Tensor], device: torch.device
         'all_reduce_coalesced: one dtype per call (NCCL: "Tensors must have identical type"), got bfloat16, float32'
     """
     dtypes = list(dict.fromkeys(t.dtype for t in tensors))
-    if len(dtypes) > 1:
+    if one_dtype and len(dtypes) > 1:
         names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
         return f'{op}: one dtype per call (NCCL: "Tensors must have identical type"), got {names}'
-    if any(not t.is_contiguous() for t in tensors):
+    if contiguous and any(not t.is_contiguous() for t in tensors):
         return f'{op}: a non-contiguous input (NCCL: "Tensors must be contiguous")'
     devices = list(dict.fromkeys(t.device for t in tensors))
     if len(devices) > 1:
@@ -160,6 +174,8 @@ _SIZES = {
     (_C, "reduce_"): ("reduce", lambda a, n: _each(a[0])),
     (_C, "barrier"): ("barrier", lambda a, n: []),
     (_C, "monitored_barrier_"): ("barrier", lambda a, n: []),
+    # DTensor's Shard(i) -> Shard(j) on a non-CPU mesh (args: input, gather_dim, shard_dim, group_name)
+    (_DT, "shard_dim_alltoall"): ("all_to_all", lambda a, n: [_full(a[0])]),
 }
 
 
@@ -170,17 +186,44 @@ def _gathered(t: torch.Tensor, dim: int, ranks: int) -> tuple[Shape, torch.dtype
     return tuple(shape), t.dtype
 
 
-# custom ops that issue collectives inside (args: keys, values, seq_dim, pg_name): one collective per tensor
+_P2P_KIND = {
+    "isend": "send",
+    "irecv": "recv",
+}  # batch_p2p_ops' op_list names -> the kinds c10d.send/recv_ count
+
+
+def _p2p_records(a, n) -> list[tuple[str, list[tuple[Shape, torch.dtype]]]]:
+    """``batch_p2p_ops(op_list, peer_list, tag_list, tensors, group_name)``: one record of all its sends, one
+    of all its receives."""
+    by_kind: dict[str, list[tuple[Shape, torch.dtype]]] = {}
+    for op, t in zip(a[0], a[3]):
+        by_kind.setdefault(_P2P_KIND.get(op, op), []).append(_full(t))
+    return list(by_kind.items())
+
+
+# ops that count as several collectives: (args, group size) -> [(kind, [(full shape, dtype)] of its payload)]
 _CP_NAMESPACE = "cplib"
 _SPLIT = {
-    (_CP_NAMESPACE, "flex_cp_allgather"): (
-        "all_gather",
-        lambda a, n: [_gathered(a[0], a[2], n), _gathered(a[1], a[2], n)],
-    ),
-    (_CP_NAMESPACE, "flex_cp_allgather_backward"): (
-        "reduce_scatter",
-        lambda a, n: [_full(a[0]), _full(a[1])],
-    ),
+    # context parallelism's custom ops (args: keys, values, seq_dim, pg_name) issue one collective a tensor
+    (_CP_NAMESPACE, "flex_cp_allgather"): lambda a, n: [
+        ("all_gather", [_gathered(a[0], a[2], n)]),
+        ("all_gather", [_gathered(a[1], a[2], n)]),
+    ],
+    (_CP_NAMESPACE, "flex_cp_allgather_backward"): lambda a, n: [
+        ("reduce_scatter", [_full(a[0])]),
+        ("reduce_scatter", [_full(a[1])]),
+    ],
+    (_F, "batch_p2p_ops"): _p2p_records,
+}
+
+
+# NCCL rules that do not hold for an op's arguments: a batch's sends and receives each take their own dtype; the
+# other ops here copy their inputs contiguous before the collectives they run (the CP ops one collective a tensor)
+_RELAXED_RULES: dict[tuple[str, str], dict[str, bool]] = {
+    (_F, "batch_p2p_ops"): {"one_dtype": False},
+    (_DT, "shard_dim_alltoall"): {"contiguous": False},
+    (_CP_NAMESPACE, "flex_cp_allgather"): {"one_dtype": False, "contiguous": False},
+    (_CP_NAMESPACE, "flex_cp_allgather_backward"): {"one_dtype": False, "contiguous": False},
 }
 
 
@@ -203,7 +246,9 @@ def _group_size(func, args) -> int | None:
         if arg.name == "process_group":
             return dist.ProcessGroup.unbox(value).size()
         if arg.name in ("group_name", "pg_name"):
-            return _resolve_process_group(value).size()
+            # shard_dim_alltoall's group_name is typed Any: a group itself under dist.config.compile_on_one_rank
+            group = value if isinstance(value, dist.ProcessGroup) else _resolve_process_group(value)
+            return group.size()
     return None
 
 
@@ -250,17 +295,23 @@ class CommCounter(TorchDispatchMode):
         # Let DTensor desugar first: the collectives it issues come back through this mode.
         if any(issubclass(t, DTensor) for t in types):
             return NotImplemented
+        key = (func.namespace, func._opname)
         if func is _HOST_SYNC:
             self.host_syncs += 1
-        elif func.namespace in (_F, _C) and (key := (func.namespace, func._opname)) not in _NOT_COLLECTIVES:
-            if problem := nccl_rule_problem(f"{func.namespace}.{func._opname}", _tensors(args), self.device):
-                raise NcclRuleError(problem)
+        elif key in _SPLIT:
+            self._check(func, args)
+            for kind, payload in _SPLIT[key](args, _group_size(func, args)):
+                self._record(func, kind, lambda a, n, p=payload: p, args)
+        elif key in _SIZES or (func.namespace in (_F, _C) and key not in _NOT_COLLECTIVES):
+            self._check(func, args)
             self._record(func, *(_SIZES.get(key) or _other(func._opname)), args)
-        elif (key := (func.namespace, func._opname)) in _SPLIT:
-            kind, size = _SPLIT[key]
-            for payload in size(args, _group_size(func, args)):
-                self._record(func, kind, lambda a, n, p=payload: [p], args)
         return func(*args, **kwargs)
+
+    def _check(self, func, args) -> None:
+        key = (func.namespace, func._opname)
+        relaxed = _RELAXED_RULES.get(key, {})
+        if problem := nccl_rule_problem(f"{key[0]}.{key[1]}", _tensors(args), self.device, **relaxed):
+            raise NcclRuleError(problem)
 
     def _record(self, func, kind: str, size, args) -> None:
         group_size = _group_size(func, args)

@@ -79,6 +79,24 @@ def _c10d_body(rank: int, ws: int) -> None:
     assert c.elements["all_to_all"] == 3 * ws * x.numel()
     assert [r.backward for r in c.records if r.kind == "all_to_all"] == [False, False, True]
 
+    # Collectives registered outside those namespaces: DTensor's Shard(i) -> Shard(j) on a GPU mesh, and the
+    # functional batch_isend_irecv (sends and receives counted apart, as c10d.send / recv_ are)
+    c.reset()
+    other, grid = (rank + 1) % ws, (ws * 2, ws * 3)
+    sent, received = torch.full((7,), float(rank)), torch.empty(7)
+    with c:
+        out = torch.ops._dtensor.shard_dim_alltoall(torch.randn(grid), 0, 1, group.group_name)
+        outs = torch.ops._c10d_functional.batch_p2p_ops(
+            ["isend", "irecv"], [other, (rank - 1) % ws], [0, 0], [sent, received], group.group_name
+        )
+        [funcol.wait_tensor(t) for t in outs]
+    assert out.shape == (ws * grid[0], grid[1] // ws) and received.eq((rank - 1) % ws).all()
+    assert [(r.kind, r.shapes, r.group_size) for r in c.records] == [
+        ("all_to_all", (grid,), ws),
+        ("send", ((7,),), ws),
+        ("recv", ((7,),), ws),
+    ]
+
 
 class _AllGatherForward(torch.autograd.Function):
     """fwd all-gather of the dim-0 shards, bwd reduce-scatter of the full gradient (a conjugate pair)."""
