@@ -214,7 +214,14 @@ def main(argv: list[str] | None = None) -> int:
             or config.get("training", {}).get("seq_len", 2048)
         )
         texts, name = corpus_texts(config, ns.data)
-        run = load_run(ns.config, ns.checkpoint, ns.tokenizer, max_seq_len=seq_len, overrides=overrides)
+        run = load_run(
+            ns.config,
+            ns.checkpoint,
+            ns.tokenizer,
+            max_seq_len=seq_len,
+            overrides=overrides,
+            checkpoint_arg="--checkpoint",
+        )
         rank = shard_for_inference(run.model, run.config)
         documents = (run.tokenizer.encode(t, eos=True) for t in texts)
         result = score(

@@ -162,7 +162,14 @@ def main(argv: list[str] | None = None) -> int:
         check_sampling(ns.temperature, ns.top_k, ns.top_p, ns.max_new_tokens)
         # RoPE table long enough for the request even beyond the training length (a token is >= 1 byte).
         needed = 1 + len(ns.prompt.encode()) + ns.max_new_tokens
-        run = load_run(ns.config, ns.checkpoint, ns.tokenizer, max_seq_len=needed, overrides=overrides)
+        run = load_run(
+            ns.config,
+            ns.checkpoint,
+            ns.tokenizer,
+            max_seq_len=needed,
+            overrides=overrides,
+            checkpoint_arg="--checkpoint",
+        )
         prompt_ids = run.tokenizer.encode(ns.prompt)
         rank = shard_for_inference(run.model, run.config)
         tokens = sample(

@@ -68,15 +68,19 @@ def checkpoint_root(config: dict) -> Path:
     return Path(dump).expanduser() / config.get("checkpoint", {}).get("folder", "checkpoint")
 
 
-def find_checkpoint(config: dict, checkpoint: str | int | None = None) -> Path:
-    """The DCP folder to read: ``checkpoint`` as a folder, a step number, or the newest intact step."""
+def find_checkpoint(
+    config: dict, checkpoint: str | int | None = None, checkpoint_arg: str = "--checkpoint"
+) -> Path:
+    """The DCP folder to read: ``checkpoint`` as a folder, a step number, or the newest intact step.
+    ``checkpoint_arg``: how the caller's CLI takes ``checkpoint`` (its messages tell the user to pass it)."""
     root = checkpoint_root(config)
     if checkpoint is None:
         step, skipped = choose_checkpoint(root)
         if step is None:
             why = f" ({len(skipped)} corrupt: {skipped[0][1]})" if skipped else ""
             raise RunError(
-                f"no checkpoint under {root}{why}; train first (./run_train.sh) or pass --checkpoint DIR"
+                f"no checkpoint under {root}{why}; train first (./run_train.sh) "
+                f"or pass a step-N folder or a step number as {checkpoint_arg}"
             )
         for newer, reason in skipped:  # a newer step the user may expect to be read: say why it is not
             logger.warning("step-%d skipped: %s", newer, reason)
@@ -89,11 +93,11 @@ def find_checkpoint(config: dict, checkpoint: str | int | None = None) -> Path:
         path = Path(checkpoint).expanduser()
     if not path.is_dir():
         raise RunError(
-            f"--checkpoint {checkpoint}: {path} is not a folder; pass a step-N folder or a step number"
+            f"{checkpoint_arg} {checkpoint}: {path} is not a folder; pass a step-N folder or a step number"
         )
     reason = inspect_checkpoint(path)
     if reason is not None:
-        raise RunError(f"--checkpoint {path} cannot be read: {reason}")
+        raise RunError(f"{checkpoint_arg} {path} cannot be read: {reason}")
     return path
 
 
@@ -248,6 +252,7 @@ def load_run(
     tokenizer_dir: str | Path | None = None,
     max_seq_len: int | None = None,
     overrides: Sequence[str] = (),
+    checkpoint_arg: str = "--checkpoint",
 ) -> TrainedRun:
     """The model and tokenizer of a training run (see the module docstring for what is read where).
 
@@ -257,9 +262,10 @@ def load_run(
         tokenizer_dir: overrides the run's tokenizer folder.
         max_seq_len: positions the RoPE table must cover, if more than the run's ``training.seq_len``.
         overrides: the ``--section.field value`` overrides the run was started with, over the TOML.
+        checkpoint_arg: the caller's CLI's name for ``checkpoint``, which its refusals tell the user to pass.
     """
     config = read_toml(config_toml, overrides)
-    path = find_checkpoint(config, checkpoint)
+    path = find_checkpoint(config, checkpoint, checkpoint_arg)
     identity = _read_identity(path)
     model = _load_model(path, config, str(config_toml), max_seq_len, identity)
     world_size = int(os.environ.get("WORLD_SIZE", "1"))  # shard_for_inference's processes

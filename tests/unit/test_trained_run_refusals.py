@@ -41,7 +41,8 @@ def test_no_checkpoint_under_the_run_folder_says_train_first(tmp_path):
     with pytest.raises(
         RunError,
         match=re.escape(
-            f"no checkpoint under {tmp_path / 'checkpoint'}; train first (./run_train.sh) or pass --checkpoint DIR"
+            f"no checkpoint under {tmp_path / 'checkpoint'}; train first (./run_train.sh) "
+            "or pass a step-N folder or a step number as --checkpoint"
         ),
     ):
         find_checkpoint(config)
@@ -51,6 +52,45 @@ def test_no_checkpoint_under_the_run_folder_says_train_first(tmp_path):
         match=re.escape("(1 corrupt: no .metadata (the save did not finish)); train first (./run_train.sh)"),
     ):
         find_checkpoint(config)
+
+
+def _evaluate(argv: list[str]) -> int:
+    from boost.after_training.evaluate import main
+
+    return main(argv)
+
+
+def _generate(argv: list[str]) -> int:
+    from boost.after_training.generate import main
+
+    return main(argv)
+
+
+def _export(argv: list[str]) -> int:
+    from boost.after_training.interop.cli import main
+
+    return main(["export", *argv])
+
+
+@pytest.mark.parametrize("cli", [_evaluate, _generate, _export])
+def test_each_cli_names_its_own_way_to_pass_a_checkpoint(cli, tmp_path, capsys):
+    """A run without a checkpoint: the refusal's fix is one the refusing CLI parses (export takes the step as its
+    positional SOURCE, not evaluate's --checkpoint), and what it passes reaches the checkpoint lookup."""
+    toml = tmp_path / "run.toml"
+    toml.write_text(f'[job]\ndump_folder = "{tmp_path}"\n[model]\nflavor = "debug"\n')
+    (tmp_path / "notes.txt").write_text("hello world\n")
+    argv = {_evaluate: ["--data", str(tmp_path / "notes.txt")], _export: ["--out", str(tmp_path / "out")]}
+    argv = ["--config", str(toml), *argv.get(cli, [])]
+    assert cli(argv) == 2
+    (message,) = capsys.readouterr().err.splitlines()
+    fix = re.search(r"or pass a step-N folder or a step number as (\S+)$", message)
+    assert message.startswith("error: no checkpoint under") and fix, message
+    arg = fix.group(1)
+    # the fix, followed: parsed (no usage error, SystemExit) and taken for the checkpoint to read
+    assert cli([*argv, *([arg] if arg.startswith("--") else []), "step-9"]) == 2
+    assert capsys.readouterr().err.startswith(
+        f"error: {arg} step-9: {tmp_path / 'checkpoint' / 'step-9'} is not"
+    )
 
 
 def test_a_step_is_named_by_number_or_folder_name_and_a_newer_corrupt_one_is_reported(tmp_path, caplog):

@@ -37,7 +37,10 @@ def main(argv: list[str] | None = None) -> int:
         help="a run's DCP checkpoint or a BOOST folder -> transformers folder (any kind, with tokenizer)",
     )
     exp.add_argument(
-        "source", nargs="?", help="folder (BOOST/transformers), or with --config a step-N folder or step"
+        "source",
+        nargs="?",
+        metavar="SOURCE",
+        help="folder (BOOST/transformers), or with --config a step-N folder or step",
     )
     exp.add_argument(
         "--config", default=None, help="the run's TOML: export its newest (or the given) checkpoint"
@@ -87,7 +90,8 @@ def _export_source(ns: argparse.Namespace) -> tuple[Transformer, Path | None]:
     if ns.config is not None:
         from boost.after_training.trained_run import load_run
 
-        run = load_run(ns.config, ns.source, ns.tokenizer, overrides=ns.overrides)
+        # the run's step is this CLI's positional SOURCE: the refusals name it, not evaluate's --checkpoint
+        run = load_run(ns.config, ns.source, ns.tokenizer, overrides=ns.overrides, checkpoint_arg="SOURCE")
         if run.config["boost"]["norm"] == "local":
             # transformers' RMSNorm is the exact one: a shard-local norm's model has no such folder
             raise ValueError(
