@@ -35,6 +35,6 @@ def make_run(folder: Path, linear: str = "cola", step: int = 3) -> Path:
     toml = folder / "run.toml"
     toml.write_text(
         f'[job]\ndump_folder = "{folder}"\n[model]\nflavor = "debug"\n[boost]\nlinear = "{linear}"\n'
-        f"[training]\nseq_len = {SEQ_LEN}\n[validation]\nseq_len = {SEQ_LEN}\n"
+        f'[training]\nseq_len = {SEQ_LEN}\n[validation]\ndataset = "stdlib_validation"\nseq_len = {SEQ_LEN}\n'
     )
     return toml

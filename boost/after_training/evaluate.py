@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
+from boost.after_training.job_defaults import job_value
 from boost.training.data.local_files import read_local_corpus  # the trainer's readers, not copies
 from boost.training.data.stdlib_corpus import stdlib_texts
 from boost.training.model.attention import KERNELS
@@ -169,12 +170,11 @@ def corpus_texts(config: dict, data: str | None) -> tuple[list[str], str]:
     """Texts of ``--data`` or of the run's held-out split (``[validation]`` of the TOML), and a name for them."""
     if data is not None:
         return read_local_corpus(data, "data"), data  # messages read "data = ...: set --data to ..."
-    validation = config.get("validation", {})
-    dataset = validation.get("dataset", "stdlib_validation")
+    dataset = job_value(config, "validation", "dataset")  # torchtitan's c4_validation when the TOML omits it
     if dataset == "stdlib_validation":
         return stdlib_texts("validation"), "stdlib held-out split"
     if dataset == "local":
-        path = validation.get("dataset_path")
+        path = job_value(config, "validation", "dataset_path")
         return read_local_corpus(path, "validation.dataset_path"), path
     raise ValueError(f"validation.dataset = {dataset!r} is not available offline here; pass --data FILE")
 
@@ -208,11 +208,8 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(ns, option) is not None and getattr(ns, option) < 1:
                 raise ValueError(f"--{option.replace('_', '-')} {getattr(ns, option)} must be >= 1")
         config = read_toml(ns.config, overrides)
-        seq_len = (
-            ns.seq_len
-            or config.get("validation", {}).get("seq_len")
-            or config.get("training", {}).get("seq_len", 2048)
-        )
+        # the trainer's validation windows: validation.seq_len, torchtitan's 2048 when the TOML omits it
+        seq_len = ns.seq_len or job_value(config, "validation", "seq_len")
         texts, name = corpus_texts(config, ns.data)
         run = load_run(
             ns.config,

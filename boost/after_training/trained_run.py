@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 
+from boost.after_training.job_defaults import job_value
 from boost.runtime.checkpoint_folder import choose_checkpoint, inspect_checkpoint, read_model_identity
 from boost.training.data.run_tokenizer import (
     RunError,
@@ -64,8 +65,9 @@ class TrainedRun:
 
 def checkpoint_root(config: dict) -> Path:
     """``job.dump_folder / checkpoint.folder`` (torchtitan's defaults when unset)."""
-    dump = config.get("job", {}).get("dump_folder", "./torchtitan/outputs")
-    return Path(dump).expanduser() / config.get("checkpoint", {}).get("folder", "checkpoint")
+    return Path(job_value(config, "job", "dump_folder")).expanduser() / job_value(
+        config, "checkpoint", "folder"
+    )
 
 
 def find_checkpoint(
@@ -140,10 +142,10 @@ def model_args_from_run(
     # the run's [boost] section over the trainer's defaults (torchtitan_ext.config merges BoostOptions alike)
     defaults = dataclasses.asdict(BoostOptions())
     boost = {**defaults, **config.get("boost", {})}
-    train_len = config.get("training", {}).get("seq_len", 2048)
+    train_len = job_value(config, "training", "seq_len")
     for field, value, default in (
         *((f"boost.{k}", boost[k], v) for k, v in defaults.items()),
-        ("training.seq_len", train_len, 2048),
+        ("training.seq_len", train_len, 2048),  # the type to hold it to
     ):
         if not _same_type(value, default):
             raise RunError(
