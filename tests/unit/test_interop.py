@@ -331,6 +331,19 @@ def test_a_rank_the_model_cannot_take_is_refused_naming_the_rank_option(tmp_path
     with pytest.raises(ValueError, match=r"rank 16 \(the default hidden_size // 4\).*\(16\).*--rank"):
         load_hf(path, "cola")
     assert load_hf(path, "cola", rank=8).model_args.rank == 8
+    # a rank below 1: the fix is a positive rank, not a smaller one
+    for rank in ("-3", "0"):
+        err = _import_error(capsys, path, "--rank", rank, "--linear", "cola", "--out", tmp_path / "o")
+        assert (
+            f"rank {rank} (given) must be below the smallest dim it factors (16) and positive: pass a positive "
+            in err
+        )
+        assert "smaller" not in err
+    assert (
+        "rank 16 (given) must be below the smallest dim it factors (16) and positive: pass a smaller rank"
+        in (_import_error(capsys, path, "--rank", "16", "--linear", "cola", "--out", tmp_path / "o"))
+    )
+    assert not (tmp_path / "o").exists()
 
 
 def test_a_boost_folder_keeps_its_kind_and_rank(tmp_path, capsys):

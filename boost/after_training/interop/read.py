@@ -162,9 +162,8 @@ def args_from_hf_config(
     )
     if problem is not None:
         said = "the default hidden_size // 4" if rank is None else "given"
-        raise ValueError(
-            f"{source}: rank {args.rank} ({said}) {problem}: pass a smaller rank (the CLI's --rank)"
-        )
+        fix = "pass a positive rank" if args.rank < 1 else "pass a smaller rank"
+        raise ValueError(f"{source}: rank {args.rank} ({said}) {problem}: {fix} (the CLI's --rank)")
     args.check()
     return args
 
