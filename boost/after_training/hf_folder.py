@@ -23,6 +23,7 @@ import dataclasses
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -30,6 +31,9 @@ from boost.after_training.hf import REMOTE_CODE_FILES
 from boost.training.data.run_tokenizer import missing_special_tokens, special_token_text
 from boost.training.model.args import ModelArgs
 from boost.training.rules import MODEL_NAME
+
+if TYPE_CHECKING:  # imported where used: tokenizers is the exports' dependency
+    from tokenizers import Tokenizer
 
 # BOOST per-projection name -> Hugging Face module name, inside layer i (LLaMA's).
 PROJECTIONS = {
@@ -197,10 +201,43 @@ def write_remote_code(path: Path) -> None:
         shutil.copyfile(file, path / file.name)
 
 
+@dataclasses.dataclass
+class ExportTokenizer:
+    """A run's tokenizer, read and checked, ready to be written as ``PreTrainedTokenizerFast`` files."""
+
+    tokenizer: Tokenizer  # with the post-processor that puts BOS first
+    bos: str | None
+    eos: str | None
+    bos_id: int | None
+    eos_id: int | None
+    model_max_length: int
+
+    def write(self, path: Path) -> None:
+        self.tokenizer.save(str(path / "tokenizer.json"))
+        hf_config = {
+            "tokenizer_class": "PreTrainedTokenizerFast",
+            "bos_token": self.bos,
+            "eos_token": self.eos,
+            "model_max_length": self.model_max_length,
+            "clean_up_tokenization_spaces": False,
+        }
+        (path / "tokenizer_config.json").write_text(json.dumps(hf_config, indent=2))
+        special = {"bos_token": self.bos, "eos_token": self.eos}
+        (path / "special_tokens_map.json").write_text(json.dumps(special, indent=2))
+
+
 def write_tokenizer(
     tokenizer_dir: str | Path, path: Path, model_max_length: int
 ) -> tuple[int | None, int | None]:
-    """The run's ``tokenizer.json`` as ``PreTrainedTokenizerFast`` files; returns ``(bos_id, eos_id)``.
+    """The run's ``tokenizer.json`` as ``PreTrainedTokenizerFast`` files; returns ``(bos_id, eos_id)``."""
+    tokenizer = read_tokenizer(tokenizer_dir, model_max_length)
+    tokenizer.write(path)
+    return tokenizer.bos_id, tokenizer.eos_id
+
+
+def read_tokenizer(tokenizer_dir: str | Path, model_max_length: int) -> ExportTokenizer:
+    """The run's ``tokenizer.json`` read and checked, nothing written (an export checks it before it makes its
+    folder).
 
     The copy gains a post-processor that puts BOS first, as the trainer framed every document, so
     ``tokenizer(text)`` in transformers gives the ids ``boost.after_training.generate`` feeds the model.
@@ -229,14 +266,4 @@ def write_tokenizer(
         tokenizer.post_processor = processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A $B:1", special_tokens=[(bos, bos_id)]
         )
-    tokenizer.save(str(path / "tokenizer.json"))
-    hf_config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": bos,
-        "eos_token": eos,
-        "model_max_length": model_max_length,
-        "clean_up_tokenization_spaces": False,
-    }
-    (path / "tokenizer_config.json").write_text(json.dumps(hf_config, indent=2))
-    (path / "special_tokens_map.json").write_text(json.dumps({"bos_token": bos, "eos_token": eos}, indent=2))
-    return bos_id, eos_id
+    return ExportTokenizer(tokenizer, bos, eos, bos_id, eos_id, model_max_length)

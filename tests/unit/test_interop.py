@@ -346,6 +346,20 @@ def test_a_rank_the_model_cannot_take_is_refused_naming_the_rank_option(tmp_path
     assert not (tmp_path / "o").exists()
 
 
+def test_a_refused_export_leaves_no_out_folder(tmp_path, capsys):
+    """The tokenizer is checked before --out is made: a refused export writes nothing, not an empty folder."""
+    torch.manual_seed(0)
+    args = ModelArgs(dim=64, n_layers=1, n_heads=4, vocab_size=128, ffn_dim=176, linear="cola", rank=16)
+    save_hf(Transformer(args), tmp_path / "cola")
+    out = tmp_path / "exported"
+    assert (
+        main(["export", str(tmp_path / "cola"), "--tokenizer", str(tmp_path / "nope"), "--out", str(out)])
+        == 2
+    )
+    assert f"error: --tokenizer {tmp_path / 'nope'} holds no tokenizer.json" in capsys.readouterr().err
+    assert not out.exists()
+
+
 def test_a_boost_folder_keeps_its_kind_and_rank(tmp_path, capsys):
     torch.manual_seed(0)
     args = ModelArgs(dim=64, n_layers=1, n_heads=4, vocab_size=128, ffn_dim=176, linear="cola", rank=16)

@@ -21,9 +21,9 @@ from boost.after_training.hf_folder import (
     llama_config,
     lowrank_config,
     lowrank_to_hf,
+    read_tokenizer,
     to_hf_rows,
     write_remote_code,
-    write_tokenizer,
 )
 from boost.after_training.interop.factorize import multiply_factors
 from boost.after_training.interop.read import build_model
@@ -53,18 +53,21 @@ def save_hf(model: Transformer, path: str | Path, tokenizer_dir: str | Path | No
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise FileExistsError(f"--out {path} is an existing file; give a folder path")
-    path.mkdir(parents=True, exist_ok=True)
     args = model.model_args
     sd = _standalone_state_dict(model)
     dtype = sd["tok_embeddings.weight"].dtype
-    bos_id = eos_id = None
-    if tokenizer_dir is not None:
-        bos_id, eos_id = write_tokenizer(tokenizer_dir, path, args.max_seq_len)
+    # everything that can refuse runs before the folder is made: a refused export leaves no --out behind
+    tokenizer = read_tokenizer(tokenizer_dir, args.max_seq_len) if tokenizer_dir is not None else None
+    bos_id, eos_id = (tokenizer.bos_id, tokenizer.eos_id) if tokenizer is not None else (None, None)
     if args.low_rank:
         weights, config = lowrank_to_hf(sd, args), lowrank_config(args, dtype, bos_id, eos_id)
-        write_remote_code(path)
     else:
         weights, config = _dense_to_hf(sd, args), llama_config(args, dtype, bos_id, eos_id)
+    path.mkdir(parents=True, exist_ok=True)
+    if tokenizer is not None:
+        tokenizer.write(path)
+    if args.low_rank:
+        write_remote_code(path)
     save_file(weights, path / "model.safetensors", metadata={"format": "pt"})
     with open(path / "config.json", "w") as f:
         json.dump(config, f, indent=2)
