@@ -27,7 +27,7 @@ def group_name():
 def _batch(ops: list[str], tensors: list[torch.Tensor], group_name: str) -> None:
     peers = [1 + i % (WORLD - 1) for i in range(len(ops))]
     outs = torch.ops._c10d_functional.batch_p2p_ops(ops, peers, [0] * len(ops), tensors, group_name)
-    for t in outs:
+    for t in [*outs, *tensors]:  # torch registers the work on the sent tensors too: waited, no exit warning
         torch.ops._c10d_functional.wait_tensor(t)
 
 
