@@ -12,8 +12,9 @@ from a DCP checkpoint (a ``step-N`` folder torchtitan wrote), with no process gr
 - the checkpoint is the newest intact ``step-N`` under ``job.dump_folder/checkpoint.folder`` (the
   trainer's own rule, ``boost.runtime.checkpoint_folder``, which also refuses a ``.metadata`` that would
   unpickle anything beyond DCP's records), or the step number or folder given;
-- the tokenizer is ``model.hf_assets_path`` when it holds a ``tokenizer.json``, else the run's
-  cached offline BPE (the trainer's rule too, ``boost.training.data.offline_tokenizer``).
+- the tokenizer is ``model.hf_assets_path`` (or the deprecated ``model.tokenizer_path`` torchtitan copies over
+  it) when it holds a ``tokenizer.json``, else the run's cached offline BPE (the trainer's rule too,
+  ``boost.training.data.run_tokenizer.run_tokenizer_dir``).
 
 Example::
 
