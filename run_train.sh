@@ -5,7 +5,7 @@
 # Extra arguments override TOML fields (--section.field value). Multi-node: see README.
 # DRY_RUN=1 runs one process as rank 0 of NGPU on torchtitan's fake process group (no torchrun,
 # no communication): the real layout and model at the real world size, on one machine.
-#   DRY_RUN=1 NGPU=16 CONFIG_FILE=train_configs/7B.toml ./run_train.sh --training.steps 2
+#   DRY_RUN=1 NGPU=16 CONFIG_FILE=train_configs/7B.toml ./run_train.sh --training.steps 2 --checkpoint.no-enable
 # DRY_RUN_RANK=k plays rank k instead (e.g. a pipeline's last stage, which holds the head and the loss).
 # LOG_RANK=0,1 chooses the ranks on the console (unset: rank 0, and under PP the rank holding the loss);
 # LOG_DIR=path keeps every rank's output in files;
@@ -15,17 +15,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 NGPU=${NGPU:-1}
-# The config is CONFIG_FILE or an argument --job.config_file X (torchtitan's CLI form); the default
-# only where neither is given. Both given: both are passed and the preflight refuses two different
-# files (torchtitan would read the first one alone).
-CONFIG_ARGS=()
-config_in_args=0
-for arg in "$@"; do
-  case "$arg" in --job.config_file|--job.config_file=*|--job.config-file|--job.config-file=*) config_in_args=1 ;; esac
-done
-if [[ -n "${CONFIG_FILE:-}" || "$config_in_args" == "0" ]]; then
-  CONFIG_ARGS=(--job.config_file "${CONFIG_FILE:-./train_configs/debug.toml}")
-fi
+source scripts/config_choice.sh "$@"  # CONFIG_ARGS: CONFIG_FILE, or --job.config_file among the arguments
 source scripts/python_choice.sh
 
 # torchtitan's dry-run convention: the fake backend takes its world size from NGPU. The flag goes

@@ -72,6 +72,10 @@ def test_first_host_of_a_slurm_nodelist():
     assert first("node1,node2") == "node1"
     assert first("gpu[07-09,12],cpu3") == "gpu07"
     assert first("cpu3,gpu[07-09]") == "cpu3"
+    # text after a bracket, and several brackets: scontrol's first host (the text after one was dropped)
+    assert first("n[001-004]x") == "n001x"
+    assert first("rack[1-2]-node[01-04],login") == "rack1-node01"
+    assert first("gpu[12,07-09]") == "gpu12"
 
 
 def test_slurm_signal_lead_covers_the_default_grace():
