@@ -59,10 +59,14 @@ def test_paper_table_within_15_percent():
 def test_module_entry_point_prints_the_table(capsys):
     # `python -m boost.planning.perf_model` (README, docs/perf_model.md): header, 15 step-time rows, 3 comm rows
     runpy.run_module("boost.planning.perf_model", run_name="__main__")
-    lines = capsys.readouterr().out.splitlines()
+    out = capsys.readouterr().out
+    lines = out.splitlines()
     assert lines[0].split() == ["layout", "scheme", "predicted", "paper", "error"]
     assert len(lines) == 1 + 15 + 3
     assert lines[1].split()[:3] == ["1B", "TP1", "megatron"]
+    # the table docs/perf_model.md quotes is this output (a change of the model regenerates it there)
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "perf_model.md").read_text()
+    assert f"$ python -m boost.planning.perf_model\n{out}```" in doc
 
 
 def test_paper_comm_row_within_15_percent():

@@ -480,6 +480,12 @@ CASES = [
         "boost.sequence_parallel = True: only the btp and megatron schemes have a sequence-parallel plan",
     ),
     (
+        ["--boost.sequence_parallel"],
+        1,
+        "boost.sequence_parallel = True: shards the sequence over the TP ranks, and at tensor_parallel_degree = 1 "
+        "there are none: set it false (or tensor_parallel_degree > 1)",
+    ),
+    (
         [
             "--boost.sequence_parallel",
             "--parallelism.tensor_parallel_degree",

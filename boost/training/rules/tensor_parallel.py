@@ -289,9 +289,15 @@ def activation_checkpoint_problem(mode: str, tp_scheme: str, tp: int) -> str | N
 
 
 def sequence_parallel_problem(sequence_parallel: bool, tp_scheme: str, seq_len: int, tp: int) -> str | None:
-    """``boost.sequence_parallel`` on a scheme with the plan, over a training sequence it splits."""
-    if not sequence_parallel or tp == 1:
+    """``boost.sequence_parallel`` on a scheme with the plan, over a training sequence it splits, with TP ranks
+    to split it over (at TP 1 no plan is applied: the switch would do nothing, and is refused as low-rank AC is)."""
+    if not sequence_parallel:
         return None
+    if tp == 1:
+        return (
+            "shards the sequence over the TP ranks, and at tensor_parallel_degree = 1 there are none: "
+            "set it false (or tensor_parallel_degree > 1)"
+        )
     if SCHEMES[tp_scheme].sequence_parallel is None:
         planned = " and ".join(s.name for s in SCHEMES.values() if s.sequence_parallel)
         return f"only the {planned} schemes have a sequence-parallel plan: drop it, or use one of them"

@@ -135,7 +135,7 @@ ROWS: tuple[Rule, ...] = (
     ),
     Rule(
         "boost.sequence_parallel",
-        "megatron or btp; seq_len divisible by the TP degree",
+        "false at TP 1; megatron or btp; seq_len divisible by the TP degree",
         lambda c: rules.sequence_parallel_problem(
             c.boost.sequence_parallel, c.boost.tp_scheme, c.job.training.seq_len, c.tp
         ),
