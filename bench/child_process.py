@@ -35,7 +35,11 @@ class Lines:
 
 
 def kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL ``proc``'s process group if ``proc`` still runs (started with ``start_new_session=True``: a
-    launcher, torchrun and its ranks end together). The caller reaps it (``wait`` or ``os.wait4``)."""
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
+    """SIGKILL ``proc``'s process group (started with ``start_new_session=True``: a launcher, torchrun and its
+    ranks end together); a group already gone is no error. ``proc`` is not reaped here (``proc.poll()`` would
+    reap an exited one, and the caller's ``os.wait4`` then find no child): the caller reaps it, with ``wait``
+    or ``os.wait4``."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # an exited, unreaped proc still holds its group: no error
+    except ProcessLookupError:
+        pass

@@ -52,6 +52,10 @@ def test_shard_dim_alltoall_counts_as_one_all_to_all_of_its_input(group_name):
     assert c.records == []
 
 
+@pytest.mark.skipif(
+    not hasattr(torch.ops._c10d_functional, "batch_p2p_ops"),
+    reason="this torch (2.11) has no functional batch_p2p_ops",
+)
 def test_batch_p2p_ops_counts_its_sends_and_receives_by_op_list(group_name):
     sends = [torch.ones(8), torch.ones(3, 2, dtype=torch.bfloat16)]
     recv = torch.empty(5, dtype=torch.float64)
