@@ -170,3 +170,20 @@ def test_an_initial_checkpoint_is_inspected_and_never_silently_ignored(tmp_path)
     # once the run has saved its own checkpoint, that is what it resumes from (torchtitan's rule)
     _save_step(run / "checkpoint", 6)
     assert resume_checkpoint(_starting_from(run, model_only))[:2] == (run / "checkpoint" / "step-6", 6)
+
+
+def test_a_field_the_checkpoint_does_not_record_compares_as_its_default():
+    from boost import ModelArgs
+    from torchtitan_ext.guards.checkpoint_identity import LAX_FORM, LEGACY_LAX_FORM, identity_differences
+
+    # an older LaX record: no lax_form (BOOST's earlier, ungated LaX), no rope_theta (written before it was kept)
+    saved = {"flavor": "debug", "linear": "lax", "rank": 64}
+    wanted = {**saved, "lax_form": LAX_FORM, "rope_theta": 500000.0, "tokenizer": "abc"}
+    assert identity_differences(saved, wanted) == [
+        ("lax_form", LEGACY_LAX_FORM, LAX_FORM),
+        ("rope_theta", ModelArgs.rope_theta, 500000.0),
+    ]
+    # at its default a missing field is no difference; one with no default (the tokenizer) is left to
+    # unrecorded_fields' warning
+    at_defaults = {**wanted, "lax_form": LEGACY_LAX_FORM, "rope_theta": ModelArgs.rope_theta}
+    assert identity_differences(saved, at_defaults) == []
