@@ -34,13 +34,14 @@ class Held:
         self.state = dict(state)
 
 
-def _save_step(checkpoint: Path, step: int, weight: float) -> None:
-    """An intact step folder written at one data-parallel rank, as torchtitan lays it out (no identity)."""
+def _save_step(checkpoint: Path, step: int, weight: float, dataloader: bool = True) -> None:
+    """An intact step folder written at one data-parallel rank, as torchtitan lays it out (no identity);
+    ``dataloader``: with its data position (torchtitan leaves it out of a run with no stateful dataloader)."""
     linear = {"weight": torch.full((2, 2), weight), "bias": torch.zeros(2)}
     dcp.save(
         {
             **linear,
-            "dataloader": {"dp_rank_0": torch.tensor([step])},
+            **({"dataloader": {"dp_rank_0": torch.tensor([step])}} if dataloader else {}),
             "optimizer": {"m": torch.ones(1)},
             "lr_scheduler": {"last": torch.ones(1)},
             "train_state": {"step": torch.tensor(step)},
@@ -75,6 +76,14 @@ def test_prepare_resume_plans_the_load_and_leaves_the_job_as_read(tmp_path):
     # the same degree: the data position resumes; a fresh folder: nothing of the run to load
     assert prepare_resume(_job(tmp_path / "out", 1), 1).skip_dataloader is False
     assert prepare_resume(_job(tmp_path / "fresh", 1), 1) == ResumePlan()
+
+
+def test_a_checkpoint_without_a_data_position_resumes_at_any_data_parallel_degree(tmp_path):
+    # no dataloader state saved: no degree it was saved at, nothing to skip and nothing changed to warn of
+    _save_step(tmp_path / "out" / "checkpoint", 4, 1.0, dataloader=False)
+    plan = prepare_resume(_job(tmp_path / "out", 2), 2)
+    assert (plan.step, plan.skip_dataloader) == (4, False)
+    assert not [w for w in plan.warnings if "data-parallel degree" in w], plan.warnings
 
 
 def test_torchtitans_manager_is_adopted_and_loads_the_plan_without_the_data_position(tmp_path):
