@@ -1,12 +1,14 @@
 """``CommCounter`` on the collectives torch registers outside ``c10d`` / ``_c10d_functional``'s plain ops: DTensor's
-``_dtensor.shard_dim_alltoall`` and the functional ``batch_p2p_ops``, dispatched on the fake process group (the
-counter reads the op and its arguments; ``tests/multiprocess/test_comm_counter.py`` runs them on gloo)."""
+``_dtensor.shard_dim_alltoall`` and the functional ``batch_p2p_ops``, and on the functional coalesced all-gather
+(sized from its inputs), dispatched on the fake process group (the counter reads the op and its arguments;
+``tests/multiprocess/test_comm_counter.py`` runs them on gloo)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from boost.runtime.comm_counter import CommCounter, NcclRuleError
@@ -70,3 +72,15 @@ def test_batch_p2p_ops_counts_its_sends_and_receives_by_op_list(group_name):
     ]
     with CommCounter(), pytest.raises(NcclRuleError, match="batch_p2p_ops: a non-contiguous input"):
         _batch(["isend"], [torch.ones(4, 6).t()], group_name)
+
+
+def test_a_coalesced_functional_all_gather_counts_each_gathered_output(group_name):
+    pieces = [torch.ones(3, 2), torch.ones(5)]  # one dtype a call, as NCCL asks (the counter refuses two)
+    with CommCounter() as c:
+        outs = funcol.all_gather_into_tensor_coalesced(pieces, dist.group.WORLD)
+        outs = [funcol.wait_tensor(t) for t in outs]
+    # all_gather's size is its full output: each input's dim 0 gathered from the group's ranks, once a rank
+    assert [tuple(t.shape) for t in outs] == [(3 * WORLD, 2), (5 * WORLD,)]
+    (r,) = c.records
+    assert (r.kind, r.shapes, r.group_size) == ("all_gather", tuple(tuple(t.shape) for t in outs), WORLD)
+    assert c.bytes["all_gather"] == WORLD * (3 * 2 + 5) * 4
