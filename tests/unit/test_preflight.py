@@ -461,6 +461,12 @@ CASES = [
         "activation_checkpoint.mode = 'selective': BOOST's switch is boost.activation_checkpoint",
     ),
     (
+        ["--boost.activation_checkpoint", "lowrank"],
+        1,
+        "boost.activation_checkpoint = 'lowrank': keeps BTP's r-wide all-reduced latents, and at "
+        'tensor_parallel_degree = 1 there are none: use "full" (or tp_scheme = "btp" with tensor_parallel_degree > 1)',
+    ),
+    (
         ["--boost.no-group-linears", "--parallelism.tensor_parallel_degree", "2"],
         2,
         "boost.norm = 'online': online RMSNorm rides in the one grouped down-projection that reads the norm; "
