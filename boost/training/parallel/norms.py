@@ -145,7 +145,8 @@ class SyncRMSNorm(torch.autograd.Function):
         x, gamma, inv_rms = ctx.saved_tensors
         acc = inv_rms.dtype
         xa, g = x.to(acc), (dy * gamma).to(acc)
-        dot = all_reduce_partial((g * xa).sum(-1, keepdim=True), ctx.group)  # Σ over the full d
+        # Σ over the full d; a backward result, never recorded or replayed (all_reduce_partial's are the forward's)
+        dot = all_reduce_sum((g * xa).sum(-1, keepdim=True), ctx.group)
         dx = g * inv_rms - xa * dot * inv_rms.pow(3) / ctx.dim
         dgamma = (dy.to(acc) * xa * inv_rms).reshape(-1, x.shape[-1]).sum(0)
         return dx.to(x.dtype), dgamma.to(gamma.dtype), None, None, None
