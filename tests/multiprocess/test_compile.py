@@ -63,9 +63,12 @@ class CountingBackend:
         )(gm, example_inputs)
 
 
-def _build(args: ModelArgs, mesh, scheme: str, ac: str = "none", backend=None):
+def _build(
+    args: ModelArgs, mesh, scheme: str, ac: str = "none", backend=None, sequence_parallel: bool = False
+):
     torch.manual_seed(0)
-    model = apply_tp(Transformer(args), mesh, scheme=scheme, norm="online" if args.grouped else "sync")
+    norm = "online" if args.grouped else "sync"
+    model = apply_tp(Transformer(args), mesh, scheme=scheme, norm=norm, sequence_parallel=sequence_parallel)
     if ac == "lowrank":
         apply_lowrank_ac(model, compiled=backend is not None)
     if backend is not None:
@@ -127,22 +130,29 @@ def test_every_block_shares_one_compiled_graph_and_training_matches_eager():
 
 def _lowrank_body(rank: int, world_size: int) -> None:
     mesh = init_device_mesh("cpu", (world_size,))
-    args = ModelArgs.from_flavor("debug", linear="cola", vocab_size=VOCAB, n_layers=4, max_seq_len=SEQ)
-    eager_curve, eager_grads = _train(_build(args, mesh, "btp"), steps=3)
-    for min_cut in (False, True):
-        counts = {}
-        for ac in ("none", "lowrank"):
-            torch._dynamo.reset()
-            backend = CountingBackend(min_cut=min_cut)
-            curve, grads = _train(_build(args, mesh, "btp", ac=ac, backend=backend), steps=3)
-            _close(curve, eager_curve, f"ac {ac}, min-cut {min_cut}")
-            for a, b in zip(grads, eager_grads):
-                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
-            counts[ac] = dict(backend.collectives)
-        # a BTP block's forward graph holds its 4 all-reduces (qkv, o, gate/up, down); the low-rank
-        # recompute adds none to the backward graph, and the forward keeps the same 4
-        assert counts["lowrank"] == counts["none"], (min_cut, counts)
-        assert counts["none"]["forward"] == 4 and counts["none"]["backward"] > 0, counts
+    # cola: the all-reduces; lax with sequence parallelism: the reduce-scatters and all-gathers the latent lives
+    # between (and LaX's norm/gate gradients' all-reduce), each of which the policy must keep too
+    for kind, sp, n_layers in (("cola", False, 4), ("lax", True, 2)):
+        args = ModelArgs.from_flavor(
+            "debug", linear=kind, vocab_size=VOCAB, n_layers=n_layers, max_seq_len=SEQ
+        )
+        eager_curve, eager_grads = _train(_build(args, mesh, "btp", sequence_parallel=sp), steps=3)
+        for min_cut in (False, True):
+            counts = {}
+            for ac in ("none", "lowrank"):
+                torch._dynamo.reset()
+                backend = CountingBackend(min_cut=min_cut)
+                model = _build(args, mesh, "btp", ac=ac, backend=backend, sequence_parallel=sp)
+                curve, grads = _train(model, steps=3)
+                _close(curve, eager_curve, f"{kind}, sp {sp}, ac {ac}, min-cut {min_cut}")
+                for a, b in zip(grads, eager_grads):
+                    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+                counts[ac] = dict(backend.collectives)
+            # the low-rank recompute adds no collective to the backward graph, and the forward keeps its own
+            assert counts["lowrank"] == counts["none"], (kind, sp, min_cut, counts)
+            assert counts["none"]["backward"] > 0, counts
+            if kind == "cola":  # a BTP block's 4 all-reduces (qkv, o, gate/up, down)
+                assert counts["none"]["forward"] == 4, counts
 
 
 @pytest.mark.slow

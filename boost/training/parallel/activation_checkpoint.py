@@ -32,6 +32,8 @@ from boost.training.parallel.latent_replay import record_and_replay_collectives
 
 _c10d, _aten = torch.ops._c10d_functional, torch.ops.aten
 # The forward collectives of BTP (boost.training.parallel.collectives) and of the vanilla/megatron plans (DTensor).
+# In the graphs torch traces, wait_tensor is each collective's only reader, so keeping it alone keeps their
+# results; the collectives are kept as well so that no graph that reads one unwaited re-issues it in backward.
 KEPT_COLLECTIVES = frozenset(
     {
         _c10d.all_reduce.default,
