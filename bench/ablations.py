@@ -15,9 +15,9 @@ import datetime
 
 import torch
 
-from bench.cli_types import positive_int
 from bench.harness import build, count_step, median, mesh_of, spawn, train_step
 from bench.run_command import command_as_run
+from boost.runtime.cli_types import positive_int
 
 VARIANTS = {
     "grouped + online (BOOST)": dict(grouped=True, norm="online", ac="none"),

@@ -15,12 +15,12 @@ import argparse
 import os
 from pathlib import Path
 
-from bench.cli_types import positive_int
 from bench.plots import pyplot, save
 from bench.run_command import command_as_run
 from boost import FLAVORS, ModelArgs
 from boost.planning.comm_volume import context_parallel_layer, loro_exact_step, per_layer, total
 from boost.planning.perf_model import model_args
+from boost.runtime.cli_types import positive_int
 from boost.training.rules import context_parallel_problem
 
 

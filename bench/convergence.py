@@ -27,9 +27,9 @@ from pathlib import Path
 
 import torch
 
-from bench.cli_types import positive_int
 from bench.plots import pyplot, save
 from bench.run_command import command_as_run
+from boost.runtime.cli_types import positive_int
 from boost.training.rules import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]

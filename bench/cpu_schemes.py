@@ -18,7 +18,6 @@ import platform
 
 import torch
 
-from bench.cli_types import positive_int
 from bench.harness import (
     build,
     compile_blocks,
@@ -31,6 +30,7 @@ from bench.harness import (
 )
 from bench.plots import pyplot, save
 from bench.run_command import command_as_run
+from boost.runtime.cli_types import positive_int
 
 SCHEMES = (("megatron", "full", False), ("vanilla", "cola", False), ("btp", "cola", True))
 

@@ -47,9 +47,9 @@ except ModuleNotFoundError:  # Python < 3.11
     import tomli as tomllib
 
 from bench.child_process import Lines, kill_group
-from bench.cli_types import positive_int
 from bench.run_command import command_as_run
 from boost.planning.layout_planner import memory_per_gpu
+from boost.runtime.cli_types import positive_int
 from boost.training.rules import data_parallel_degree, reshards_after_forward
 from torchtitan_ext.config import linear_kind_overrides
 

@@ -366,7 +366,7 @@ def child_parser() -> argparse.ArgumentParser:
 
 def parser() -> argparse.ArgumentParser:
     # this checkout's bench: the parent runs here (child_parser says why the child imports none)
-    from bench.cli_types import positive_int
+    from boost.runtime.cli_types import positive_int
 
     p = argparse.ArgumentParser(
         prog="python -m bench.host_step",

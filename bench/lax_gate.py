@@ -33,8 +33,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from bench.cli_types import positive_int
 from boost import FLAVORS, ModelArgs
+from boost.runtime.cli_types import positive_int
 from boost.training.model.latent_crossing import LatentActivation, LatentCrossing
 from boost.training.rules import LAX_GATE_FORMS
 

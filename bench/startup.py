@@ -34,8 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.child_process import Lines, kill_group
-from bench.cli_types import positive_int
 from bench.run_command import command_as_run
+from boost.runtime.cli_types import positive_int
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "startup.md"

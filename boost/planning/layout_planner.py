@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from boost.planning.perf_model import get_hardware, memory_per_gpu, predict_step_time
 from boost.planning.perf_model.micro_batch_advice import advise_long_sequence, advise_micro_batch
 from boost.planning.perf_model.peak_memory import GIB, WORKSPACE_BYTES, usable_bytes
+from boost.runtime.cli_types import positive_int
 from boost.training import rules
 from boost.training.model.args import FLAVORS, flavor_rank
 from boost.training.rules import AC_MODES, SCHEMES
@@ -238,17 +239,6 @@ def enumerate_layouts(
     return sorted(layouts, key=lambda l: (-round(l.tokens_per_s, 6), l.memory_bytes))
 
 
-def _positive_int(text: str) -> int:
-    """argparse type: a whole number ≥ 1 (argparse names the option when this raises)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
 def _positive_gib(text: str) -> float:
     """argparse type: a memory size > 0 (a GPU of 0 GiB holds nothing)."""
     try:
@@ -278,21 +268,21 @@ def _parser() -> argparse.ArgumentParser:
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument("--flavor", help="rank every layout of this flavor")
     what.add_argument("--config", help="a training TOML: the largest micro-batch its layout fits")
-    parser.add_argument("--gpus", type=_positive_int, required=True)
+    parser.add_argument("--gpus", type=positive_int, required=True)
     parser.add_argument("--hardware", default="a100", help="a100 | h100 | h200 (its memory is the default)")
     memory = parser.add_mutually_exclusive_group()
     memory.add_argument("--memory-gib", type=_positive_gib, default=None, help="per-GPU memory in GiB")
     memory.add_argument("--memory-gb", type=_positive_gib, default=None, help="per-GPU memory in GB (10^9 B)")
-    parser.add_argument("--seq-len", type=_positive_int, default=None)
-    parser.add_argument("--micro-batch", type=_positive_int, default=None)
+    parser.add_argument("--seq-len", type=positive_int, default=None)
+    parser.add_argument("--micro-batch", type=positive_int, default=None)
     parser.add_argument("--linear", default=None, help="cola | svd | lax (btp, vanilla) or full (megatron)")
     parser.add_argument(
         "--num-microbatches",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="per step under PP (default: pp; 1F1B needs at least pp, so it rules out larger pp); without PP one",
     )
-    parser.add_argument("--top", type=_positive_int, default=None)
+    parser.add_argument("--top", type=positive_int, default=None)
     parser.add_argument(
         "--attn-mask-type",
         choices=rules.MASK_TYPES,

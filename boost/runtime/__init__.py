@@ -5,5 +5,6 @@
 - ``memory``: activation memory on CPU (resident memory between forward and backward);
 - ``process_exit``: leave a finished gloo process without interpreter finalisation;
 - ``torch_names``: the private torch names the library reads, which a torch newer than the range must have;
-- ``lazy_exports``: a package's names loaded on first use (``boost``, its model, the preflight).
+- ``lazy_exports``: a package's names loaded on first use (``boost``, its model, the preflight);
+- ``cli_types``: argparse types the command-line tools share (the planner, the benchmarks).
 """

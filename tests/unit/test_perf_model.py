@@ -197,7 +197,7 @@ def test_planner_refuses_non_positive_sizes_naming_the_argument(capsys):
         with pytest.raises(SystemExit) as exit_info:
             plan_main(["--flavor", "7B", "--gpus", "16", flag, "0"])
         assert exit_info.value.code == 2
-        assert f"argument {flag}: must be at least 1, got 0" in capsys.readouterr().err
+        assert f"argument {flag}: 0 is not a positive integer (1 or more)" in capsys.readouterr().err
 
 
 # (flavor, gpus, linear): a shipped flavor TOML and the planner's layouts for it (their overrides set the kind)

@@ -1,4 +1,5 @@
-"""Argument types the benchmarks share: a value that cannot describe a run is refused in one line by argparse."""
+"""Argument types the command-line tools share (the planner, the benchmarks): a value that cannot describe a run
+is refused in one line by argparse, which names the option."""
 
 from __future__ import annotations
 
