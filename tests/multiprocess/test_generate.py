@@ -219,3 +219,25 @@ def test_the_stream_keeps_the_continuations_leading_space():
 
     stream = StreamingDecoder(StripsLeadingSpace(), [0])
     assert "".join(stream.push(t) for t in (1, 2)) == " lazy dog"
+
+
+def test_top_p_keeps_the_smallest_set_that_reaches_it_and_renormalises():
+    # Two and four equal logits: probabilities 1/2 and 1/4, exact in float32. The first token alone
+    # reaches top_p = 0.5, so the nucleus is it; two quarters reach 0.5, so the nucleus is those two.
+    probs = next_token_distribution(torch.zeros(2), 1.0, top_k=None, top_p=0.5)
+    assert probs.tolist() == [1.0, 0.0]
+    probs = next_token_distribution(torch.zeros(4), 1.0, top_k=None, top_p=0.5)
+    assert probs.tolist() == [0.5, 0.5, 0.0, 0.0]
+    # the kept mass is renormalised: softmax([3, 2]) of the two tokens kept at top_p = 0.8
+    probs = next_token_distribution(torch.tensor([3.0, 2.0, 1.0, 0.0]), 1.0, top_k=None, top_p=0.8)
+    kept = torch.softmax(torch.tensor([3.0, 2.0]), dim=0)
+    assert torch.allclose(probs, torch.cat([kept, torch.zeros(2)]))
+
+
+def test_the_kv_cache_takes_a_sequence_that_fills_the_rope_table_exactly():
+    cache = KVCache(64)
+    assert cache.begin(64) == 0  # 64 positions in a table of 64: allowed
+    cache.end(60)
+    assert cache.begin(4) == 60
+    with pytest.raises(ValueError, match="sequence of 65 positions exceeds the model's max_seq_len 64"):
+        cache.begin(5)
