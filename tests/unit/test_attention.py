@@ -131,3 +131,15 @@ def test_a_kernel_that_runs_on_masks_refuses_none_and_a_window_past_the_table_is
         ValueError, match=r"48 positions: past the model's max_seq_len = 8 \(its RoPE table\)"
     ):
         short(inputs)
+
+
+def test_varlen_documents_end_at_each_rows_end_even_without_an_eos():
+    # the packing cuts windows mid-document: a row's last document ends with the row, never joining the next
+    # row's first (the flattened batch is [b·s]); the offsets are those of torchtitan's per-row reading
+    from torchtitan.models.attention import create_varlen_metadata_for_document
+
+    tokens = torch.tensor([[5, EOS, 5, 5], [5, 5, EOS, 5]])
+    ours = KERNELS["varlen"].masks(tokens.clone(), "block_causal", EOS)
+    assert ours.cu_seq_q.tolist() == [0, 2, 4, 7, 8] and ours.max_q == 3
+    theirs = create_varlen_metadata_for_document(tokens.clone(), EOS)
+    assert torch.equal(ours.cu_seq_q, theirs.cu_seq_q) and ours.max_q == theirs.max_q
