@@ -176,3 +176,13 @@ def test_a_flex_attention_model_is_scored_with_its_own_masks(tokenizer):
     assert math.isclose(scores["flex"], scores["sdpa"], rel_tol=1e-5)
     with pytest.raises(ValueError, match="needs its BlockMask"):
         Transformer(args).eval()(torch.tensor(windows)[:, :-1])
+
+
+def test_a_stream_of_exactly_one_window_is_scored():
+    # torchtitan's packing yields a window once the buffer holds seq_len + 1 tokens, so a stream of exactly
+    # that many is one window, and two documents that fill two windows exactly are two
+    assert list(packed_windows([list(range(5))], seq_len=4)) == [[0, 1, 2, 3, 4]]
+    assert list(packed_windows([[1, 2, 3], [4, 5, 6, 7, 8, 9, 10]], seq_len=4)) == [
+        [1, 2, 3, 4, 5],
+        [6, 7, 8, 9, 10],
+    ]
