@@ -216,12 +216,6 @@ def test_an_order_refuses_a_split_shorter_than_one_window(split60, tmp_path):
         TokenOrder([split60, short], [Fraction(1, 2), Fraction(1, 2)], SEQ_LEN, seed=0)
 
 
-def test_epochs_name_the_epoch_of_the_next_sample(split60):
-    # positions 0..59 read epoch 0 of the 60 windows, position 60 opens epoch 1 (``count // N``)
-    order = TokenOrder([split60], [Fraction(1)], SEQ_LEN, seed=0)
-    assert [order.epochs(p) for p in (0, 59, 60, 119, 120)] == [[0], [0], [1], [1], [2]]
-
-
 def test_order_differences_name_a_changed_weight():
     from boost.training.data.token_order import order_differences, order_identity
 

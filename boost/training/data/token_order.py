@@ -150,10 +150,6 @@ class TokenOrder:
         source, window = self.sample(position)
         return self.splits[source].read(window * self.window, self.window)
 
-    def epochs(self, position: int) -> list[int]:
-        """Each source's epoch at global ``position`` (the epoch its next sample belongs to)."""
-        return [count // n for count, n in zip(self.schedule.counts(position), self.windows)]
-
     def unrepeated_length(self) -> int:
         """The longest prefix of the order that reads no window twice (validation reads it once)."""
         return unrepeated_length(self.schedule, self.windows)
