@@ -42,3 +42,17 @@ def test_context_parallel_max_loss_and_tokens_seen_are_one_process_s(tmp_path):
             one["loss_metrics/global_max_loss"][step], rel=1e-5
         )
         assert cp["n_tokens_seen"][step] == one["n_tokens_seen"][step] == step * TOKENS_A_STEP
+
+
+@pytest.mark.slow
+def test_data_parallel_max_loss_is_the_largest_rank_mean_not_a_rank_share_of_the_average(tmp_path):
+    # two data-parallel ranks, every label counted: each rank's mean is its loss sum over its own tokens, the
+    # average the mean of those two means, so the largest of them is at least the average (a rank's loss sum
+    # over the global count, its share of the average, is about half of it)
+    dp2 = ("--parallelism.data_parallel_shard_degree", "2", "--parallelism.context_parallel_degree", "1")
+    common = ("--checkpoint.no-enable", "--validation.no-enable", "--metrics.enable_tensorboard")
+    train(tmp_path, *common, *dp2, ngpu=2, steps=2)
+    tb = tensorboard(tmp_path / "out" / "tb")
+    for step in (1, 2):
+        avg, top = tb["loss_metrics/global_avg_loss"][step], tb["loss_metrics/global_max_loss"][step]
+        assert avg * (1 - 1e-6) <= top < 2 * avg, (step, avg, top)
