@@ -181,3 +181,28 @@ def test_an_exact_step_on_a_non_finite_gradient_says_so():
     for name, p in model.named_parameters():
         if ".up." in name or ".down." in name:
             assert torch.equal(p, before[name]), name
+
+
+@pytest.mark.parametrize(
+    ("lr_scaler", "scale"), [(0.5, 0.5), (0.0, 0.0), (-1.0, 8 / 32)], ids=["0.5", "0", "r/dim"]
+)
+def test_a_lazy_step_scales_the_factors_adam_step_by_lr_scaler(lr_scaler, scale):
+    # the first step from zero moments is Adam's by definition: m = (1−β1)·g, v = (1−β2)·g², the factor moving
+    # by −α·s·m/(√v + ε) with α = lr·√(1−β2)/(1−β1); s = lr_scaler, a negative one meaning rank / dim (8 / 32)
+    torch.manual_seed(0)
+    model = Transformer(_tiny())
+    lr, (beta1, beta2), eps = 1e-2, (0.9, 0.999), 1e-6
+    optimizer = LORO(
+        model, lr=lr, betas=(beta1, beta2), eps=eps, loro_freq=4, refresh_freq=4, lr_scaler=lr_scaler
+    )
+    tokens = torch.randint(0, 64, (2, 17), generator=torch.Generator().manual_seed(0))
+    _loss([model], tokens).backward()
+    factors = {id(p): p for pair in optimizer.pairs for p in (pair.down, pair.up)}.values()
+    before = {id(p): (p.detach().clone(), p.grad.clone()) for p in factors}
+    optimizer.step()
+    assert not optimizer.last_step_exact
+    alpha = lr * (1 - beta2) ** 0.5 / (1 - beta1)
+    for p in factors:
+        w, g = before[id(p)]
+        direction = (1 - beta1) * g / (((1 - beta2) * g * g).sqrt() + eps)
+        torch.testing.assert_close(p.detach(), w - alpha * scale * direction)
