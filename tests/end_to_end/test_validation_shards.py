@@ -90,3 +90,29 @@ def test_whole_set_validation_reads_whole_batches_under_every_layout(tmp_path):
         assert len(scores[layout]) == 1, (layout, log[-3000:])
     for layout in ("pp 2", "tp 2"):
         assert math.isclose(scores[layout][0], scores["one process"][0], rel_tol=1e-4), scores
+
+
+@pytest.mark.slow
+def test_data_parallel_validation_loss_is_the_token_mean_over_every_rank_s_tokens(tmp_path):
+    """Two identical documents, one each rank's share at dp 2, both read by one process: the same text scored
+    either way. Learning rate 1e-30 keeps step 1's model the initial one (below float32 rounding) whatever the
+    data-parallel layout trained on. Not the same windows to the bit: one process packs the two documents into
+    one stream (a window crosses between them), a rank its one document alone, so close (0.2% measured), not
+    equal; a rank dividing its loss sum by its own tokens before the sum over ranks reports twice the loss."""
+    corpus = tmp_path / "held_out.jsonl"
+    with corpus.open("w") as f:
+        for _ in range(2):
+            f.write(json.dumps({"text": " ".join(WORDS[i % len(WORDS)] for i in range(200))}) + "\n")
+    validation = ("--validation.dataset", "local", "--validation.dataset_path", str(corpus),
+                  "--validation.local_batch_size", "1", "--validation.seq_len", "32", "--validation.steps", "-1",
+                  "--validation.freq", "1", "--checkpoint.no-enable", "--optimizer.lr", "1e-30")  # fmt: skip
+    one = train(tmp_path, *validation, steps=1, folder="one")
+    dp2 = train(
+        tmp_path, *validation, "--parallelism.data_parallel_shard_degree", "2", ngpu=2, steps=1, folder="dp2"
+    )
+    scores = {
+        layout: [float(v) for v in re.findall(r"validate step:\s+1\s+\S*loss:\s+([\d.]+)", log)]
+        for layout, log in (("one", one), ("dp2", dp2))
+    }
+    assert len(scores["one"]) == len(scores["dp2"]) == 1, (one[-2000:], dp2[-2000:])
+    assert math.isclose(scores["dp2"][0], scores["one"][0], rel_tol=2e-2), scores
