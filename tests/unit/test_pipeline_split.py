@@ -3,6 +3,8 @@ stages once: the fork must give every pipeline rank the stages and the modules t
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 import torch.distributed as dist
@@ -11,7 +13,7 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from torchtitan.distributed.pipeline_parallel import generate_llm_fqn_per_model_part, pipeline_module_split
 
 from boost.training.model import ModelArgs, Transformer
-from torchtitan_ext.infra.pipeline import _model_part, _stage_indices
+from torchtitan_ext.infra.pipeline import _microbatch_shapes, _model_part, _stage_indices
 
 N_LAYERS = 8
 
@@ -116,3 +118,17 @@ def test_stages_named_by_hand_are_held_to_the_splits_torchtitan_makes():
     assert "'layers.8', which the model does not have" in module_split_problem(
         [split[0], [*split[1], "layers.8"]], 8
     )
+
+
+@pytest.mark.parametrize("cp", [1, 2])
+def test_a_stage_s_shapes_are_a_micro_batch_of_a_cp_rank_s_share_in_training_and_validation(cp):
+    # 8 windows a step in micro-batches of 2: 4 micro-batches; validation's 12 windows split into the same 4
+    # (3 each); a CP rank holds 1/cp of each sequence, validation's (seq 96) as training's (seq 64)
+    job = SimpleNamespace(
+        training=SimpleNamespace(local_batch_size=8, seq_len=64),
+        validation=SimpleNamespace(enable=True, local_batch_size=12, seq_len=96),
+        parallelism=SimpleNamespace(pipeline_parallel_microbatch_size=2, context_parallel_degree=cp),
+    )
+    assert _microbatch_shapes(job) == ((2, 64 // cp), (3, 96 // cp))
+    job.validation.enable = False
+    assert _microbatch_shapes(job) == ((2, 64 // cp), (2, 64 // cp))
