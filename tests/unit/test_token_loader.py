@@ -133,6 +133,17 @@ def test_validation_reads_the_held_out_split_or_a_folders_train_split(
     ) == [500 // 16 + i for i in range(8)]
 
 
+def test_a_validation_folder_with_a_held_out_split_is_read_from_it_not_from_its_train_split(
+    cache_dir, folder, tmp_path, tokenizer_folder
+):
+    # validation.dataset_path names a prepared folder of both splits: the held-out one is the validation's
+    train, held_out = list(range(500, 500 + 8 * 16)), list(range(900, 900 + 8 * 16))
+    write_token_folder(tmp_path / "both", tokenizer_folder, VOCAB, [train], [held_out])
+    job = job_config(cache_dir, folder, "--validation.dataset_path", str(tmp_path / "both"))
+    read = sorted(w for batch in build_boost_validation_dataloader(1, 0, None, job) for w in windows(batch))
+    assert read == [900 // 16 + i for i in range(8)]
+
+
 def refusal(args: list[str], world_size: int = 1) -> str:
     with pytest.raises(ConfigError) as refused:
         check_job(args, world_size)
