@@ -187,3 +187,17 @@ def test_context_parallel_checkpoints_reshard_across_cp_degrees_and_validate_on_
     _close(losses(cp2), {s: want[s] for s in (11, 12)}, 1e-5)
     _close(losses(cp4), {13: want[13]}, 1e-5)
     _close(_validation_losses(cp2), {12: _validation_losses(one)[12]}, 1e-5)
+
+
+@pytest.mark.slow
+def test_gradient_accumulation_trains_as_the_whole_batch_at_once(tmp_path):
+    # two micro-batches of 4 windows a step (global batch 8) read the windows one batch of 8 reads, in order:
+    # the loss is one mean over the step's tokens either way, so the curves agree to float32 reassociation
+    common = ("--checkpoint.no-enable", "--validation.no-enable")
+    whole = train(tmp_path, *common, "--training.local_batch_size", "8", steps=3, folder="whole")
+    accumulated = train(
+        tmp_path, *common, "--training.local_batch_size", "4", "--training.global_batch_size", "8", steps=3,
+        folder="accumulated",
+    )  # fmt: skip
+    assert "global batch size 8, gradient accumulation steps 2" in accumulated, accumulated[-3000:]
+    _close(losses(accumulated), losses(whole), 1e-4)
