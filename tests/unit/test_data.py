@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
+from torchtitan.components.tokenizer import HuggingFaceTokenizer
 from torchtitan.config import ConfigManager, JobConfig
 from torchtitan.hf_datasets.text_datasets import DATASETS, build_text_validation_dataloader
 
@@ -554,6 +555,28 @@ def test_the_tools_read_the_tokenizer_the_trainer_reads(tmp_path, tokenizer, cac
         for bos, eos in ((True, False), (True, True), (False, False)):
             assert ours.encode(text, bos=bos, eos=eos) == reference.encode(text, add_bos=bos, add_eos=eos)
     assert ours.encode("def f(x):")[0] == own.token_to_id(BOS_TOKEN)
+
+    # a post-processor that also appends EOS (a config naming both): a document is framed as torchtitan frames
+    # it, and a prompt is its beginning, without the EOS (generation would start a new document after it)
+    own.post_processor = processors.TemplateProcessing(
+        single=f"{BOS_TOKEN} $A {EOS_TOKEN}",
+        special_tokens=[(t, own.token_to_id(t)) for t in (BOS_TOKEN, EOS_TOKEN)],
+    )
+    both = tmp_path / "post-processed-eos"
+    both.mkdir()
+    own.save(str(both / "tokenizer.json"))
+    config = Path(tokenizer.tokenizer_path) / "tokenizer_config.json"
+    (both / "tokenizer_config.json").write_text(config.read_text())
+    reference, ours = (
+        HuggingFaceTokenizer(str(both)),
+        load_tokenizer(both),
+    )  # torchtitan's, as the trainer builds it
+    for text in ("def f(x):", "", "a literal <|end_of_text|>"):
+        document = reference.encode(text, add_bos=True, add_eos=True)
+        assert document[0] == ours.bos_id and document[-1] == ours.eos_id
+        assert ours.encode(text, eos=True) == document
+        assert ours.encode(text) == document[:-1]
+        assert ours.encode(text, bos=False) == document[1:-1]
 
 
 def test_registration_is_idempotent_and_other_names_fall_through(tokenizer, cache_dir):

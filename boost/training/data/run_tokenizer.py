@@ -46,10 +46,16 @@ class TextTokenizer:
     adds_eos: bool = False
 
     def encode(self, text: str, bos: bool = True, eos: bool = False) -> list[int]:
-        """Token ids of ``text`` as torchtitan's ``HuggingFaceTokenizer.encode(text, add_bos=bos, add_eos=eos)``
-        gives them: the tokenizer's ids, its post-processor's tokens included, led by BOS (as every training
-        document was) and ended by EOS where asked and the post-processor added none."""
-        return self.frame(self.tokenizer.encode(text).ids, bos, eos)
+        """Token ids of ``text`` as the trainer framed a document (torchtitan's ``HuggingFaceTokenizer.encode(text,
+        add_bos=True, add_eos=True)``: the tokenizer's ids, its post-processor's tokens included, BOS and EOS
+        added where it added none), without the leading BOS where ``bos`` is false and without the closing EOS
+        where ``eos`` is false: a prompt is a document's beginning, whatever the post-processor appends."""
+        ids = self.frame(self.tokenizer.encode(text).ids, bos=True, eos=True)
+        if not bos and self.bos_id is not None and ids[:1] == [self.bos_id]:
+            ids = ids[1:]
+        if not eos and self.eos_id is not None and ids[-1:] == [self.eos_id]:
+            ids = ids[:-1]
+        return ids
 
     def frame(self, ids: list[int], bos: bool = True, eos: bool = False) -> list[int]:
         """``ids`` (the tokenizer's, post-processor included) with the BOS and EOS torchtitan adds to them."""
