@@ -196,18 +196,18 @@ def enumerate_layouts(
                         continue
                     dp = gpus // (tp * pp * cp)
                     timed: dict[str, float] = {}
+                    run = dict(
+                        micro_batch=micro_batch,
+                        seq_len=seq_len,
+                        num_microbatches=m,
+                        vocab_size=vocab_size,
+                        linear=linear,
+                        compiled=True,  # BOOST ships compiled
+                        cp=cp,
+                        attn_mask_type=attn_mask_type,
+                        sequence_parallel=sp,
+                    )
                     for reshard in _reshard_policies(pp, dp * cp):
-                        run = dict(
-                            micro_batch=micro_batch,
-                            seq_len=seq_len,
-                            num_microbatches=m,
-                            vocab_size=vocab_size,
-                            linear=linear,
-                            compiled=True,  # BOOST ships compiled
-                            cp=cp,
-                            attn_mask_type=attn_mask_type,
-                            sequence_parallel=sp,
-                        )
                         reshards = rules.reshards_after_forward(reshard, pp > 1)
                         mem = memory_per_gpu(
                             flavor, scheme, tp, pp, dp, ac, reshard_after_forward=reshards, **run
@@ -302,10 +302,6 @@ def main(argv: list[str] | None = None) -> int:
         if given:
             parser.error(f"argument --{given[0].replace('_', '-')}: not with --config (the TOML sets it)")
     long_windows = opts.config and opts.seq_len is not None
-    if long_windows and opts.seq_len < 2:  # the preflight's least training.seq_len
-        parser.error(
-            f"argument --seq-len: must be at least 2 (a window predicts each next token), got {opts.seq_len}"
-        )
     for key, value in SEARCH_DEFAULTS.items():
         search[key] = value if search[key] is None else search[key]
     try:

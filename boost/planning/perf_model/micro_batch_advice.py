@@ -512,9 +512,6 @@ def advise_long_sequence(
         raise ValueError(
             f"{config} needs a multiple of tp × pp × dp_replicate = {model_parallel} GPUs, not {gpus}"
         )
-    length = sequence_parallel_length_problem(base.sequence_parallel, base.scheme, seq_len, base.tp)
-    if length:
-        raise ValueError(f"{config}: seq {seq_len} {length}")
     room = gpus // model_parallel
     # the degrees the preflight takes: the window splits (under the TOML's balancer and sequence parallelism)
     # and the attention has a context-parallel path
@@ -525,7 +522,9 @@ def advise_long_sequence(
         and not base.sequence_problem(seq_len, cp)
         and not attention_layout_problem(base.attn_type, cp, base.pp)
     ]
-    if not degrees:  # cp 1 is refused only where the sequence itself is
+    if (
+        not degrees
+    ):  # cp 1 is refused only where the sequence itself is (sequence parallelism cannot split it)
         raise ValueError(f"{config}: seq {seq_len} {base.sequence_problem(seq_len, 1)}")
     keeping_less = AC_BY_MEMORY_KEPT[AC_BY_MEMORY_KEPT.index(base.ac) :]  # the TOML's first
     modes = [ac for ac in keeping_less if not activation_checkpoint_problem(ac, base.scheme, base.tp)]
