@@ -50,6 +50,7 @@ from bench.child_process import Lines, kill_group
 from bench.run_command import command_as_run
 from boost.planning.layout_planner import memory_per_gpu
 from boost.runtime.cli_types import positive_int
+from boost.training.data.run_tokenizer import with_overrides
 from boost.training.rules import data_parallel_degree, reshards_after_forward
 from torchtitan_ext.config import linear_kind_overrides
 
@@ -113,25 +114,6 @@ def flavor_toml(flavor: str) -> dict:
     return tomllib.loads((ROOT / "train_configs" / f"{flavor}.toml").read_text())
 
 
-def effective_config(toml: dict, overrides: list[str]) -> dict:
-    """The TOML with ``--section.field value`` overrides (and tyro's ``--section.[no-]flag``) applied."""
-    config = {
-        section: dict(fields) if isinstance(fields, dict) else fields for section, fields in toml.items()
-    }
-    i = 0
-    while i < len(overrides):
-        section, _, field = overrides[i].removeprefix("--").partition(".")
-        if i + 1 < len(overrides) and not overrides[i + 1].startswith("--"):
-            value = overrides[i + 1]
-            config.setdefault(section, {})[field] = int(value) if re.fullmatch(r"-?\d+", value) else value
-            i += 2
-        else:
-            flag = field.removeprefix("no-")
-            config.setdefault(section, {})[flag.replace("-", "_")] = not field.startswith("no-")
-            i += 1
-    return config
-
-
 def _layout(config: dict, world_size: int) -> tuple[int, int, int, int]:
     """``(tp, pp, dp, fsdp)`` of the config at ``world_size``: ``dp`` batches per step
     (``boost.training.rules.data_parallel_degree``, torchtitan's defaults for the fields the TOML leaves out),
@@ -184,7 +166,7 @@ def row_arguments(flavor: str, kind: str, steps: int, seq_len: int, extra: list[
     """The trainer's arguments for one row (after ``CONFIG_FILE=train_configs/<flavor>.toml``)."""
     toml = flavor_toml(flavor)
     overrides = [*linear_kind_overrides(kind, toml), *extra]
-    config = effective_config(toml, overrides)
+    config = with_overrides(toml, overrides)
     pp = config["parallelism"].get("pipeline_parallel_degree", 1)
     compile_args = ["--compile.backend", "aot_eager"] if config.get("compile", {}).get("enable") else []
     return [
@@ -229,7 +211,7 @@ def dry_run(
     """One (flavor, kind) as rank 0 of ``world_size``; raises ``RuntimeError`` with the log's tail if it fails."""
     toml = flavor_toml(flavor)
     overrides = [*linear_kind_overrides(kind, toml), *extra]
-    config = effective_config(toml, overrides)
+    config = with_overrides(toml, overrides)
     tp, pp, dp, fsdp = _layout(config, world_size)
     with tempfile.TemporaryDirectory(prefix="dry_run_") as dump:
         cmd = ["./run_train.sh", *row_arguments(flavor, kind, steps, seq_len, extra, dump)]
@@ -435,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in opts.rows:
         flavor, kind = name.split("_")
         toml = flavor_toml(flavor)
-        configs[name] = effective_config(toml, [*linear_kind_overrides(kind, toml), *extra])
+        configs[name] = with_overrides(toml, [*linear_kind_overrides(kind, toml), *extra])
         world = opts.world_size or WORLD_SIZES[flavor]
         problem = row_problem(flavor, kind, world, opts.steps, opts.seq_len, extra)
         if problem is not None:  # the trainer's preflight would refuse the row: say so before any row runs
