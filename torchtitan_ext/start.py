@@ -7,12 +7,13 @@ rank runs, ``torchtitan_ext.train``), ``LOG_RANK`` (the ranks shown on the conso
 ``LOG_DIR`` (every rank's output kept in files). In order:
 
 0. The installed torch against the supported range (``torchtitan_ext.torch_range``, from its
-   metadata: torch is not imported): older than it (or none), one line naming both, exit 2. Newer,
-   one line saying which range was tested, and it runs where it has every private torch name BOOST
-   bridges (``torch_private.missing_private_api``); where it lacks any, that line names them, exit 2.
+   metadata: torch is not imported): older than it (or none), one line naming both, exit 2.
 1. The preflight (``torchtitan_ext.preflight.preflight``). A value that does not parse, a broken
    rule or a bad input file is refused before torch is imported, a refused checkpoint or a held run
-   folder after it: one line, exit 2, and no process started.
+   folder after it: one line, exit 2, and no process started. Where torch is first imported, a torch
+   newer than the range gets one line saying which range was tested, and runs where it has every
+   private torch name BOOST bridges (``torch_private.missing_private_api``); where it lacks any, that
+   line names them, exit 2.
 2. The device: where torch sees no accelerator, each process gets its share of the cores
    (``OMP_NUM_THREADS``, unless set): CPU processes each default to every core and oversubscribe.
 3. torchrun's agent in this process (``torchtitan_ext.launch``), which starts the ranks; with
@@ -46,20 +47,12 @@ def main(argv: list[str]) -> int:
         preflight_mark,
         process_count,
     )
-    from torchtitan_ext.torch_range import newer_torch, newer_torch_line, torch_version_problem
+    from torchtitan_ext.torch_range import torch_version_problem
 
     problem = torch_version_problem()
     if problem:
         print(problem, file=sys.stderr)
         return 2
-    newer = newer_torch()
-    if newer is not None:
-        from torchtitan_ext.torch_private import missing_private_api
-
-        missing = missing_private_api()
-        print(newer_torch_line(newer, missing), file=sys.stderr, flush=True)
-        if missing:
-            return 2
     dry_run = os.environ.get("DRY_RUN", "0") == "1"
     try:
         ngpu = process_count(os.environ.get("NGPU", "1"))

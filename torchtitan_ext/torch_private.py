@@ -17,12 +17,13 @@ apart by what torch has (``STAGE_META``), not by its version number:
 
 Overridden elsewhere, both APIs (``torchtitan_ext.infra.pipeline.DryRunStage``): ``_prepare_forward_infra``
 and ``_prepare_backward_infra`` (their receive buffers ``args_recv_info`` / ``grad_recv_info`` zeroed on a
-dry run, where nothing is ever received), and on torch ≥ 2.13 ``_warmup_backward_result`` (torch's
-start-up vote on static shapes, which no peer answers there). ``StaticShapeStage`` overrides
-``forward_maybe_with_nosync`` (outputs that are views materialised: a zero-bubble schedule's split backward
-detaches them in place). The zero-bubble schedules run on the 2.13 stage API only
-(``EXACT_SPLIT_BACKWARD``). ``schedules._PipelineSchedule`` is a
-type hint only.
+dry run, where nothing is ever received), and where torch has it ``_warmup_backward_result`` (2.13 and 2.14:
+the schedule's start-up vote on static shapes travels stage to stage, and no peer answers it there;
+``STAGE_VOTE``). torch 2.15 votes by an all-reduce that its schedule skips on the fake process group, the
+stage no part of it: there is nothing to override, and nothing is required of a newer torch.
+``StaticShapeStage`` overrides ``forward_maybe_with_nosync`` (outputs that are views materialised: a
+zero-bubble schedule's split backward detaches them in place). The zero-bubble schedules run on the 2.13
+stage API only (``EXACT_SPLIT_BACKWARD``). ``schedules._PipelineSchedule`` is a type hint only.
 
 The fake process group (``dist.Backend.FAKE``, a dry run's): on torch 2.11 its reduce-scatters, gathers,
 scatters and all-to-alls return with their outputs as allocated (torch ≥ 2.13 fills them from the local
@@ -92,6 +93,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch.distributed.pipelining import PipelineStage
 from torch.distributed.pipelining import _utils as pipelining_utils
 from torch.distributed.pipelining.schedules import _PipelineSchedule
 
@@ -103,6 +105,9 @@ STAGE_META: bool = hasattr(pipelining_utils, "_StageMeta")
 # stage API that came with the fix, as the stage's own bridge is (2.11 also opens a V-shaped schedule's
 # links with a message a rank sends itself, which gloo refuses).
 EXACT_SPLIT_BACKWARD: bool = STAGE_META
+# torch 2.13 and 2.14: the schedule's start-up vote on static shapes is passed from stage to stage, whose last
+# word DryRunStage gives on a dry run (2.11 has no vote; 2.15 all-reduces it, skipped on the fake backend)
+STAGE_VOTE: bool = hasattr(PipelineStage, "_warmup_backward_result")
 
 PipelineSchedule = _PipelineSchedule  # the base of every schedule class (a type hint)
 
@@ -114,7 +119,6 @@ EXTENSION_PRIVATE_TORCH: dict[str, tuple[str, ...]] = {
     "torch.distributed.pipelining.stage": (  # what StaticShapeStage and DryRunStage override
         "PipelineStage._prepare_forward_infra",
         "PipelineStage._prepare_backward_infra",
-        "PipelineStage._warmup_backward_result",
         "PipelineStage.forward_maybe_with_nosync",
     ),
     # this module's, and the trainer's and validator's agreement on a stop (train.py, validator.py)
@@ -152,8 +156,6 @@ def missing_private_api() -> list[str]:
     the range must have for BOOST to run it."""
     import importlib
     import inspect
-
-    from torch.distributed.pipelining import PipelineStage
 
     from boost.runtime.torch_names import LIBRARY_PRIVATE_TORCH
 

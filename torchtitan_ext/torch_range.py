@@ -94,6 +94,23 @@ def newer_torch() -> Version | None:
     return installed if _lower_bound().contains(installed, prereleases=True) else None
 
 
+def check_newer_torch() -> None:
+    """Where the installed torch is newer than the range: the private torch names BOOST bridges looked up
+    (torch imported), and ``newer_torch_line`` said; ``SystemExit`` with that line where it lacks any.
+    The preflight calls it where it first imports torch, so that a job it refuses is refused as fast on
+    every torch."""
+    newer = newer_torch()
+    if newer is None:
+        return
+    from torchtitan_ext.torch_private import missing_private_api
+
+    missing = missing_private_api()
+    line = newer_torch_line(newer, missing)
+    if missing:
+        raise SystemExit(line)
+    print(line, file=sys.stderr, flush=True)
+
+
 def newer_torch_line(installed: Version, missing: list[str]) -> str:
     """The one line for a torch newer than the range: it runs (``missing`` empty), or is refused for the
     private torch names BOOST bridges that it lacks (``torch_private.missing_private_api``)."""

@@ -49,7 +49,7 @@ def test_the_torch_running_the_suite_is_in_the_range():
 
 def _run_train_with_torch(version: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     info = tmp_path / "site" / f"torch-{version}.dist-info"
-    info.mkdir(parents=True)
+    info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n")
     path = os.pathsep.join(p for p in (str(info.parent), str(ROOT), os.environ.get("PYTHONPATH")) if p)
     return subprocess.run(
@@ -78,19 +78,33 @@ def test_run_train_refuses_an_older_torch_in_one_line(version, tmp_path):
 @pytest.mark.slow  # the newer torch's private names are looked up: its process imports torch
 @pytest.mark.parametrize("version", ["2.15.0", "2.15.0.dev20260101+cu130"])
 def test_run_train_runs_a_newer_torch_saying_which_range_was_tested(version, tmp_path):
-    # past the torch check, the preflight: a job it refuses stops there, before any process
+    # a job the preflight refuses before it imports torch is refused as on any torch: one line
     proc = _run_train_with_torch(version, tmp_path, "--training.steps", "0")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == ["BOOST config error: training.steps = 0: must be at least 1"]
+    assert not (tmp_path / "out").exists()
+    # where the preflight imports torch (the checkpoint it would resume from: here one whose save never
+    # finished), the newer torch is checked first
+    unfinished = tmp_path / "out" / "checkpoint" / "step-3"
+    unfinished.mkdir(parents=True)
+    proc = _run_train_with_torch(version, tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     missing = missing_private_api()  # the installed torch's, which the newer version number stands on
     if missing:  # torch 2.11, without the 2.13 stage API: a newer torch like it is refused in one line
         assert proc.stderr.splitlines() == [newer_torch_line(Version(version), missing)]
     else:
-        assert proc.stderr.splitlines() == [
+        lines = proc.stderr.splitlines()
+        assert lines[0] == (
             f"BOOST was tested with torch{supported_range()} (pyproject.toml); torch {version} is newer and has "
-            "every private torch name BOOST bridges (torchtitan_ext/torch_private.py): running it",
-            "BOOST config error: training.steps = 0: must be at least 1",
-        ]
-    assert not (tmp_path / "out").exists()
+            "every private torch name BOOST bridges (torchtitan_ext/torch_private.py): running it"
+        )
+        assert len(lines) == 2 and lines[1].startswith(
+            f"BOOST checkpoint error: no intact checkpoint in {unfinished.parent} "
+        ), lines
+    assert sorted(p.relative_to(tmp_path) for p in (tmp_path / "out").rglob("*")) == [
+        Path("out/checkpoint"),
+        Path("out/checkpoint/step-3"),
+    ]
 
 
 def test_the_private_torch_names_bridged_are_found_by_feature(monkeypatch):

@@ -86,6 +86,7 @@ from boost.training.rules import (
 from torchtitan_ext.infra.parallelize import fsdp_wraps
 from torchtitan_ext.infra.stage_split import stage_module_names
 from torchtitan_ext.torch_private import (
+    STAGE_VOTE,
     PipelineSchedule,
     forward_shapes,
     reinitialize_on_switch,
@@ -150,8 +151,9 @@ class DryRunStage(StaticShapeStage):
     """A ``StaticShapeStage`` on the fake process group of a dry run, where no message ever arrives.
 
     Two things would come from the neighbours there. torch's start-up vote on whether every stage
-    has static shapes (torch ≥ 2.13) reads as "no" (the received flag stays 0): every stage was built
-    by this code, as this one was, so the answer is "yes". And the received activations and gradients
+    has static shapes (torch 2.13 and 2.14, where it passes from stage to stage; 2.15 skips it on the fake
+    backend) reads as "no" (the received flag stays 0): every stage was built by this code, as this one
+    was, so the answer is "yes". And the received activations and gradients
     would be whatever memory the buffers were allocated on (a garbage grad_norm, or a NaN that stops
     the step): they are filled once, and nothing overwrites them. The gradients with zeros; the
     activations with unit normals (seeded), a residual stream's scale: zeros would run every block of a
@@ -160,8 +162,10 @@ class DryRunStage(StaticShapeStage):
     gradients zero. A dry run that plays the last stage (``DRY_RUN_RANK``) shows a loss that moves.
     """
 
-    def _warmup_backward_result(self, received_result=None):
-        return torch.ones_like(super()._warmup_backward_result(received_result))
+    if STAGE_VOTE:  # torch 2.13, 2.14: the vote's result, "static", as the stage passes it on
+
+        def _warmup_backward_result(self, received_result=None):
+            return torch.ones_like(super()._warmup_backward_result(received_result))
 
     def _prepare_forward_infra(self, *args, **kwargs):
         out = super()._prepare_forward_infra(*args, **kwargs)

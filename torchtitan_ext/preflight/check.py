@@ -43,6 +43,7 @@ from torchtitan_ext.preflight.read import (
     load_toml,
     read_job,
 )
+from torchtitan_ext.torch_range import check_newer_torch
 from torchtitan_ext.torchtitan_private import job_config_from_toml, merged_job_config_class
 
 __all__ = [
@@ -144,10 +145,12 @@ def preflight(argv: list[str], world_size: int | None = None) -> SimpleNamespace
     the run folder and checkpoint it would resume from, then the warnings; the job's values.
 
     Everything before the run folder's check imports neither torch nor torchtitan; that check loads
-    torch (checkpoint metadata), and torchtitan only where a checkpoint's model is compared with the
-    job's (whose vocabulary is the tokenizer's, as torchtitan loads it). ``ConfigError`` for a bad job,
-    ``CheckpointRefused`` / ``RunFolderInUse`` (``SystemExit``s with the message) for a run folder
-    that must not be resumed or is in use. A job that passes gets its warnings (``job_warnings``, and
+    torch (checkpoint metadata), after a torch newer than the supported range is checked for the private
+    names BOOST bridges (``torch_range.check_newer_torch``), and torchtitan only where a checkpoint's
+    model is compared with the job's (whose vocabulary is the tokenizer's, as torchtitan loads it).
+    ``ConfigError`` for a bad job, ``CheckpointRefused`` / ``RunFolderInUse`` (``SystemExit``s with the
+    message) for a run folder that must not be resumed or is in use, and a ``SystemExit`` with its line
+    for a newer torch that lacks a private name. A job that passes gets its warnings (``job_warnings``, and
     those of the input files' checks) on stderr, one line each, before any work."""
     job = read_job(argv)
     if job.help_asked:
@@ -155,6 +158,7 @@ def preflight(argv: list[str], world_size: int | None = None) -> SimpleNamespace
     with _warnings_one_line_each():
         world_size = check_values(job, world_size, machine_first=True)
         check_input_files(job.values, world_size)
+        check_newer_torch()  # torch is imported from here on: a torch newer than the range, checked first
         from torchtitan_ext.guards.checkpoint_guard import check_resume  # the checkpoint reader needs torch
 
         check_resume(job.values)
