@@ -21,7 +21,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-STDLIB = set(sys.stdlib_module_names) | {"__future__"}
+# tomllib: the standard library's from Python 3.11; on 3.10 its import falls back to tomli (LIBRARY_EXTRAS)
+STDLIB = set(sys.stdlib_module_names) | {"__future__", "tomllib"}
 
 # Third-party packages the library may import besides torch, and the only modules that may.
 LIBRARY_EXTRAS = {
