@@ -58,6 +58,14 @@ def checkpoint_folders(folder: Path) -> dict[int, Path]:
 # beyond constructors of plain records: a prefix rule such as "torch.*" would admit gadgets like
 # ``torch.utils.cpp_extension.load_inline`` or ``builtins.getattr``.
 _DCP_METADATA = "torch.distributed.checkpoint.metadata"
+# the checkpoint's path (StorageMeta.checkpoint_id), pickled under the module that defines its class:
+# pathlib's through Python 3.12, pathlib._local's from 3.13 (which an older Python cannot import: there the
+# folder is as unreadable as torch's own load would find it)
+_PATH_GLOBALS = {
+    (module, name)
+    for module in ("pathlib", "pathlib._local")
+    for name in ("PosixPath", "PurePosixPath", "WindowsPath", "PureWindowsPath")
+}
 _ALLOWED_GLOBALS = {
     (_DCP_METADATA, name)
     for name in (
@@ -74,11 +82,8 @@ _ALLOWED_GLOBALS = {
     ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
     ("torch.serialization", "_get_layout"),  # looks a layout up by name in torch's own table
     ("torch", "Size"),
-    ("pathlib", "PosixPath"),
-    ("pathlib", "PurePosixPath"),
-    ("pathlib", "WindowsPath"),
-    ("pathlib", "PureWindowsPath"),
     ("collections", "OrderedDict"),
+    *_PATH_GLOBALS,
 }
 
 
