@@ -216,6 +216,9 @@ class ExportTokenizer:
         self.tokenizer.save(str(path / "tokenizer.json"))
         hf_config = {
             "tokenizer_class": "PreTrainedTokenizerFast",
+            # the inputs the model takes, LLaMA's: PreTrainedTokenizerFast's default adds token_type_ids,
+            # which transformers < 5's generate refuses
+            "model_input_names": ["input_ids", "attention_mask"],
             "bos_token": self.bos,
             "eos_token": self.eos,
             "model_max_length": self.model_max_length,

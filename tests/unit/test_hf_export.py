@@ -58,6 +58,9 @@ def test_transformers_reproduces_boost(tmp_path, linear):
     boost_tokenizer = load_tokenizer(offline_tokenizer_dir())
     text = "def main(argv):\n    return 0  # é\n"
     assert tokenizer(text)["input_ids"] == boost_tokenizer.encode(text)  # BOS first, as in training
+    # the inputs the model takes (transformers < 5's tokenizer adds token_type_ids unless told, which its
+    # generate refuses: CI's oldest compatibility tier runs transformers 4.45)
+    assert list(tokenizer(text)) == ["input_ids", "attention_mask"]
     tokens = torch.randint(0, ours.model_args.vocab_size, (2, 40), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         error = _relative_error(ours(tokens), theirs(tokens).logits)

@@ -63,6 +63,9 @@ def save_hf(model: Transformer, path: str | Path, tokenizer_dir: str | Path | No
         weights, config = lowrank_to_hf(sd, args), lowrank_config(args, dtype, bos_id, eos_id)
     else:
         weights, config = _dense_to_hf(sd, args), llama_config(args, dtype, bos_id, eos_id)
+    if tokenizer is not None:
+        # transformers < 5's pipeline loads a tokenizer for a config type it knows (LLaMA's), or one naming it
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
     path.mkdir(parents=True, exist_ok=True)
     if tokenizer is not None:
         tokenizer.write(path)
