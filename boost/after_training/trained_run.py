@@ -39,7 +39,12 @@ import torch
 import torch.distributed.checkpoint as dcp
 
 from boost.after_training.job_defaults import job_value
-from boost.runtime.checkpoint_folder import choose_checkpoint, inspect_checkpoint, read_model_identity
+from boost.runtime.checkpoint_folder import (
+    WRITTEN_BY_NEWER_TORCH,
+    choose_checkpoint,
+    inspect_checkpoint,
+    read_model_identity,
+)
 from boost.training.data.run_tokenizer import (
     RunError,
     TextTokenizer,
@@ -80,7 +85,9 @@ def find_checkpoint(
     if checkpoint is None:
         step, skipped = choose_checkpoint(root)
         if step is None:
-            why = f" ({len(skipped)} corrupt: {skipped[0][1]})" if skipped else ""
+            # a newer torch's save is no damage (its reason says so)
+            damage = "skipped" if any(r.startswith(WRITTEN_BY_NEWER_TORCH) for _, r in skipped) else "corrupt"
+            why = f" ({len(skipped)} {damage}: {skipped[0][1]})" if skipped else ""
             raise RunError(
                 f"no checkpoint under {root}{why}; train first (./run_train.sh) "
                 f"or pass a step-N folder or a step number as {checkpoint_arg}"

@@ -101,14 +101,26 @@ def read_metadata(path: Path):
     return _MetadataUnpickler(io.BytesIO((path / ".metadata").read_bytes())).load()
 
 
+# How a checkpoint that a newer torch wrote, and this one cannot read, is told from a damaged one (its
+# reason begins so): it is no damage, and resuming an older step instead would train over it.
+WRITTEN_BY_NEWER_TORCH = "written by a newer torch"
+
+
 def inspect_checkpoint(path: Path) -> str | None:
-    """``None`` if the DCP folder at ``path`` is intact, else why it is not."""
+    """``None`` if the DCP folder at ``path`` is intact, else why it is not: damage, or a ``.metadata`` that a
+    newer torch wrote (``WRITTEN_BY_NEWER_TORCH``: torch 2.15's does not unpickle on 2.13)."""
     meta_file = path / ".metadata"
     if not meta_file.is_file():
         return "no .metadata (the save did not finish)"
     try:
         metadata = read_metadata(path)
-    except Exception as e:  # truncated or foreign pickle
+    except Exception as e:  # truncated or foreign pickle, or a newer torch's
+        newer = _newer_writing_torch(path)
+        if newer is not None:
+            return (
+                f"{WRITTEN_BY_NEWER_TORCH} ({newer}) than this one ({torch.__version__}), whose .metadata it "
+                f"cannot read ({type(e).__name__}: {e}); nothing is damaged: run with torch {newer} or newer"
+            )
         return f"unreadable .metadata ({type(e).__name__}: {e})"
     storage = getattr(metadata, "storage_data", None)
     if not isinstance(storage, dict):
@@ -208,6 +220,18 @@ def choose_checkpoint(folder: Path, resume: bool = False) -> tuple[int | None, l
 # What model a checkpoint holds, beside its weights (written by torchtitan_ext.guards.checkpoint_identity,
 # read by the resume guard and the after-training tools)
 MODEL_IDENTITY_FILE = "boost_model.json"
+
+
+def _newer_writing_torch(checkpoint: Path) -> str | None:
+    """The torch release recorded as the writer of ``checkpoint`` (its ``boost_model.json``'s ``torch_version``)
+    where it is newer than this one; ``None`` where it is not, or is not recorded (an older BOOST's save)."""
+    from torch.torch_version import TorchVersion
+
+    try:
+        written = json.loads((checkpoint / MODEL_IDENTITY_FILE).read_text())["torch_version"]
+        return written if TorchVersion(torch.__version__) < written else None
+    except Exception:  # no record, a damaged one, or no version in it: nothing to tell
+        return None
 
 
 def read_model_identity(checkpoint: Path) -> dict | None:

@@ -92,6 +92,9 @@ def test_every_checkpoint_records_its_model_and_keep_latest_k_holds(trained):
     for step in (6, 8, 10):
         record = json.loads((folder / f"step-{step}" / "boost_model.json").read_text())
         assert record["step"] == step and record["boost_version"] == version
+        assert record["torch_version"] == metadata.version(
+            "torch"
+        )  # a newer torch's save is told from damage by it
         model = record["model"]
         assert (model["flavor"], model["linear"], model["rank"], model["vocab_size"], model["dim"]) == (
             "debug",

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -59,6 +60,42 @@ def test_resume_refuses_a_folder_whose_every_checkpoint_is_corrupt(tmp_path):
     # one intact older step is what the guard falls back to instead
     _save_step(checkpoints, 1)
     assert resume_checkpoint(_resuming_job(tmp_path))[:2] == (checkpoints / "step-1", 1)
+
+
+def _written_by(path: Path, torch_version: str) -> None:
+    """Record ``torch_version`` as the writer of the checkpoint at ``path`` and make its ``.metadata`` one this
+    torch cannot unpickle (torch 2.15's, read by 2.13: 'too many values to unpack (expected 5)')."""
+    record = {"boost_version": "0.1.0", "torch_version": torch_version, "step": 4, "model": {}}
+    (path / "boost_model.json").write_text(json.dumps(record))
+    metadata = path / ".metadata"
+    metadata.write_bytes(metadata.read_bytes()[:40])
+
+
+def test_a_checkpoint_a_newer_torch_wrote_is_no_damage_and_never_trained_over(tmp_path):
+    """Back on an older torch after a newer one saved: the newer step is not called corrupt, nor skipped for
+    an older one (whose resume would train over it, and whose saves would replace it)."""
+    checkpoints = tmp_path / "checkpoint"
+    _save_step(checkpoints, 2)
+    _written_by(_save_step(checkpoints, 4), "99.0.0")
+    newer = (
+        f"{checkpoints / 'step-4'} was written by a newer torch (99.0.0) than this one ({torch.__version__}), "
+        "whose .metadata it cannot read ("
+    )
+    with pytest.raises(CheckpointRefused) as refused:
+        resume_checkpoint(_resuming_job(tmp_path))
+    assert str(refused.value).startswith(f"BOOST checkpoint error: {newer}"), refused.value
+    assert str(refused.value).endswith(
+        "nothing is damaged: run with torch 99.0.0 or newer; or move it away to resume from step 2"
+    )
+    shutil.rmtree(checkpoints / "step-2")
+    with pytest.raises(CheckpointRefused, match="or move it away to start from scratch$"):
+        resume_checkpoint(_resuming_job(tmp_path))
+    # recorded by this torch (or an older one), the same .metadata is damage: the older step is resumed
+    _save_step(checkpoints, 2)
+    _written_by(checkpoints / "step-4", torch.__version__)
+    path, step, skipped = resume_checkpoint(_resuming_job(tmp_path))
+    assert (path, step) == (checkpoints / "step-2", 2)
+    assert [(bad, reason.split(" (")[0]) for bad, reason in skipped] == [(4, "unreadable .metadata")]
 
 
 def test_resume_refuses_a_load_step_naming_a_corrupt_checkpoint(tmp_path):

@@ -52,6 +52,14 @@ def test_no_checkpoint_under_the_run_folder_says_train_first(tmp_path):
         match=re.escape("(1 corrupt: no .metadata (the save did not finish)); train first (./run_train.sh)"),
     ):
         find_checkpoint(config)
+    # one a newer torch wrote, whose .metadata this torch cannot read, is no damage
+    step = _save(tmp_path / "checkpoint" / "step-5", {"w": torch.zeros(4)})
+    (step / "boost_model.json").write_text('{"torch_version": "99.0.0", "model": {}}')
+    (step / ".metadata").write_bytes((step / ".metadata").read_bytes()[:40])
+    with pytest.raises(
+        RunError, match=re.escape("(1 skipped: written by a newer torch (99.0.0) than this one")
+    ):
+        find_checkpoint(config)
 
 
 def _evaluate(argv: list[str]) -> int:

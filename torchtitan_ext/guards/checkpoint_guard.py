@@ -22,6 +22,7 @@ from pathlib import Path
 
 from boost.runtime.checkpoint_folder import (
     MODEL_ONLY,
+    WRITTEN_BY_NEWER_TORCH,
     checkpoint_folders,
     choose_checkpoint,
     inspect_checkpoint,
@@ -87,6 +88,13 @@ def resume_checkpoint(job) -> tuple[Path | None, int | None, list[tuple[int, str
     if not folder.exists():
         return (_checked_initial(initial, ckpt), None, []) if initial else (None, None, [])
     step, skipped = choose_checkpoint(folder, resume=True)
+    newer_torch = [(bad, reason) for bad, reason in skipped if reason.startswith(WRITTEN_BY_NEWER_TORCH)]
+    if newer_torch:  # no damage: resuming an older step (or none) would train over it
+        bad, reason = newer_torch[0]
+        instead = f"resume from step {step}" if step is not None else "start from scratch"
+        raise CheckpointRefused(
+            f"BOOST checkpoint error: {folder / f'step-{bad}'} was {reason}; or move it away to {instead}"
+        )
     if step is None and not skipped and initial:
         # torchtitan then warns that the folder exists and trains from random weights
         raise CheckpointRefused(

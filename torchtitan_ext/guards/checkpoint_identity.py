@@ -121,7 +121,16 @@ def planned_model_identity(job) -> dict | None:
 def write_identity(checkpoint: Path, identity: dict, step: int) -> None:
     """Write ``identity`` into the step folder ``checkpoint`` (atomically: a reader never sees half a file)."""
     checkpoint.mkdir(parents=True, exist_ok=True)
-    record = {"boost_version": boost_version(), "step": step, "model": identity}
+    import torch
+
+    # the torch that wrote it: a newer torch's .metadata may not unpickle on an older one, which is told
+    # from damage by this (checkpoint_folder.WRITTEN_BY_NEWER_TORCH)
+    record = {
+        "boost_version": boost_version(),
+        "torch_version": torch.__version__,
+        "step": step,
+        "model": identity,
+    }
     tmp = checkpoint / f".{MODEL_IDENTITY_FILE}.tmp"
     tmp.write_text(json.dumps(record, indent=2) + "\n")
     os.replace(tmp, checkpoint / MODEL_IDENTITY_FILE)
