@@ -224,12 +224,13 @@ MODEL_IDENTITY_FILE = "boost_model.json"
 
 def _newer_writing_torch(checkpoint: Path) -> str | None:
     """The torch release recorded as the writer of ``checkpoint`` (its ``boost_model.json``'s ``torch_version``)
-    where it is newer than this one; ``None`` where it is not, or is not recorded (an older BOOST's save)."""
+    where it is newer than this one; ``None`` where it is not, or is not recorded (an older BOOST's save).
+    Releases are compared, not builds: 2.13.0+cu130 is no newer than 2.13.0+cpu."""
     from torch.torch_version import TorchVersion
 
     try:
         written = json.loads((checkpoint / MODEL_IDENTITY_FILE).read_text())["torch_version"]
-        return written if TorchVersion(torch.__version__) < written else None
+        return written if TorchVersion(torch.__version__.split("+")[0]) < written.split("+")[0] else None
     except Exception:  # no record, a damaged one, or no version in it: nothing to tell
         return None
 

@@ -90,12 +90,15 @@ def test_a_checkpoint_a_newer_torch_wrote_is_no_damage_and_never_trained_over(tm
     shutil.rmtree(checkpoints / "step-2")
     with pytest.raises(CheckpointRefused, match="or move it away to start from scratch$"):
         resume_checkpoint(_resuming_job(tmp_path))
-    # recorded by this torch (or an older one), the same .metadata is damage: the older step is resumed
+    # recorded by this torch's release (another build of it, or an older one), the same .metadata is damage:
+    # the older step is resumed
     _save_step(checkpoints, 2)
-    _written_by(checkpoints / "step-4", torch.__version__)
-    path, step, skipped = resume_checkpoint(_resuming_job(tmp_path))
-    assert (path, step) == (checkpoints / "step-2", 2)
-    assert [(bad, reason.split(" (")[0]) for bad, reason in skipped] == [(4, "unreadable .metadata")]
+    release = torch.__version__.split("+")[0]
+    for writer in (torch.__version__, f"{release}+zz999", "2.0.0"):
+        _written_by(checkpoints / "step-4", writer)
+        path, step, skipped = resume_checkpoint(_resuming_job(tmp_path))
+        assert (path, step) == (checkpoints / "step-2", 2), writer
+        assert [(bad, reason.split(" (")[0]) for bad, reason in skipped] == [(4, "unreadable .metadata")]
 
 
 def test_resume_refuses_a_load_step_naming_a_corrupt_checkpoint(tmp_path):
