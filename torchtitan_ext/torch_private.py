@@ -15,9 +15,10 @@ apart by what torch has (``STAGE_META``), not by its version number:
   (``_stage_forward_initialized`` / ``_stage_backward_initialized``, ``_stages_…`` for a multi-stage
   schedule): switching between training and validation shapes re-opens them here.
 
-Overridden elsewhere, both APIs (``torchtitan_ext.infra.pipeline.DryRunStage``): ``_prepare_forward_infra``
-and ``_prepare_backward_infra`` (their receive buffers ``args_recv_info`` / ``grad_recv_info`` zeroed on a
-dry run, where nothing is ever received), and where torch has it ``_warmup_backward_result`` (2.13 and 2.14:
+Overridden elsewhere, both APIs (``torchtitan_ext.infra.pipeline.DryRunStage``): ``get_fwd_recv_ops`` and
+``get_bwd_recv_ops`` (public methods; the receive buffers they post, read from the private
+``args_recv_info`` / ``grad_recv_info``, filled on a dry run, where nothing is ever received: torch 2.15
+allocates each there, 2.11 to 2.14 at start-up), and where torch has it ``_warmup_backward_result`` (2.13 and 2.14:
 the schedule's start-up vote on static shapes travels stage to stage, and no peer answers it there;
 ``STAGE_VOTE``). torch 2.15 votes by an all-reduce that its schedule skips on the fake process group, the
 stage no part of it: there is nothing to override, and nothing is required of a newer torch.
@@ -60,8 +61,9 @@ Named elsewhere in ``torchtitan_ext``, and checked with these: ``torch._utils._g
 (``boost/`` imports torch alone) are listed in ``boost.runtime.torch_names``.
 
 A torch newer than the range runs where these names are there (``missing_private_api``, by feature:
-the newest stage API's names, not 2.11's); ``start.py`` refuses one that lacks any, naming them. Not
-found that way: ``PipelineStage._user_meta`` (an attribute each stage sets itself) and inductor's
+the newest stage API's names, not 2.11's); the preflight refuses one that lacks any, naming them
+(``torch_range.check_newer_torch``). Not found that way: ``PipelineStage._user_meta``, ``args_recv_info``
+and ``grad_recv_info`` (attributes each stage sets itself) and inductor's
 ``cudagraph_skips`` counter (a ``Counter``: an unknown key reads 0).
 
 Context parallelism (``torchtitan_ext.infra.context_parallel``), ``torch.distributed.tensor.experimental._attention``
@@ -116,9 +118,7 @@ PipelineSchedule = _PipelineSchedule  # the base of every schedule class (a type
 # after ``import module``), which ``missing_private_api`` looks up with the library's.
 EXTENSION_PRIVATE_TORCH: dict[str, tuple[str, ...]] = {
     "torch.distributed.pipelining._utils": ("_StageMeta", "extract_tensor_metas"),
-    "torch.distributed.pipelining.stage": (  # what StaticShapeStage and DryRunStage override
-        "PipelineStage._prepare_forward_infra",
-        "PipelineStage._prepare_backward_infra",
+    "torch.distributed.pipelining.stage": (  # what StaticShapeStage overrides
         "PipelineStage.forward_maybe_with_nosync",
     ),
     # this module's, and the trainer's and validator's agreement on a stop (train.py, validator.py)

@@ -155,9 +155,11 @@ class DryRunStage(StaticShapeStage):
     backend) reads as "no" (the received flag stays 0): every stage was built by this code, as this one
     was, so the answer is "yes". And the received activations and gradients
     would be whatever memory the buffers were allocated on (a garbage grad_norm, or a NaN that stops
-    the step): they are filled once, and nothing overwrites them. The gradients with zeros; the
-    activations with unit normals (seeded), a residual stream's scale: zeros would run every block of a
-    later stage on zero vectors (attention and SwiGLU of zero are zero, RMSNorm's gradient at zero
+    the step): they are filled as each receive is posted (``get_fwd_recv_ops`` / ``get_bwd_recv_ops``,
+    where torch 2.15 allocates them, and torch 2.11 to 2.14 hand out the buffers allocated at start-up),
+    and nothing overwrites them. The gradients with zeros; the activations with unit normals, seeded by
+    stage and micro-batch (the same every step), a residual stream's scale: zeros would run every block of
+    a later stage on zero vectors (attention and SwiGLU of zero are zero, RMSNorm's gradient at zero
     1/sqrt(eps)), so the last stage's loss would be ln(vocabulary) at every step and its weights'
     gradients zero. A dry run that plays the last stage (``DRY_RUN_RANK``) shows a loss that moves.
     """
@@ -167,34 +169,34 @@ class DryRunStage(StaticShapeStage):
         def _warmup_backward_result(self, received_result=None):
             return torch.ones_like(super()._warmup_backward_result(received_result))
 
-    def _prepare_forward_infra(self, *args, **kwargs):
-        out = super()._prepare_forward_infra(*args, **kwargs)
-        _fill_buffers(self.args_recv_info, seed=self.stage_index)
-        return out
+    def get_fwd_recv_ops(self, fwd_chunk_id: int):
+        ops = super().get_fwd_recv_ops(fwd_chunk_id)
+        _fill_buffers(self.args_recv_info[fwd_chunk_id], seed=self.stage_index << 20 | fwd_chunk_id)
+        return ops
 
-    def _prepare_backward_infra(self, *args, **kwargs):
-        out = super()._prepare_backward_infra(*args, **kwargs)
-        _fill_buffers(self.grad_recv_info, seed=None)
-        return out
+    def get_bwd_recv_ops(self, bwd_chunk_id: int):
+        ops = super().get_bwd_recv_ops(bwd_chunk_id)
+        if ops:  # the last stage receives no gradient
+            _fill_buffers(self.grad_recv_info[bwd_chunk_id], seed=None)
+        return ops
 
 
 @torch.no_grad()
-def _fill_buffers(recv_info: dict, seed: int | None) -> None:
-    """A stage's receive buffers (``args_recv_info`` or ``grad_recv_info``) zeroed, or, given ``seed``, the
-    floating-point ones filled with unit normals drawn from it."""
+def _fill_buffers(recv_infos: tuple, seed: int | None) -> None:
+    """One micro-batch's receive buffers (of ``args_recv_info`` or ``grad_recv_info``) zeroed, or, given
+    ``seed``, the floating-point ones filled with unit normals drawn from it."""
     generator = None
-    for infos in recv_info.values():
-        for info in infos:
-            buffer = getattr(info, "buffer", None)
-            if buffer is None:
-                continue
-            local = buffer.to_local() if isinstance(buffer, DTensor) else buffer
-            if seed is None or not local.is_floating_point():
-                local.zero_()
-                continue
-            if generator is None:
-                generator = torch.Generator(device=local.device).manual_seed(seed)
-            local.normal_(generator=generator)
+    for info in recv_infos:
+        buffer = getattr(info, "buffer", None)
+        if buffer is None:
+            continue
+        local = buffer.to_local() if isinstance(buffer, DTensor) else buffer
+        if seed is None or not local.is_floating_point():
+            local.zero_()
+            continue
+        if generator is None:
+            generator = torch.Generator(device=local.device).manual_seed(seed)
+        local.normal_(generator=generator)
 
 
 def stage_examples(
