@@ -40,10 +40,10 @@ import torch.distributed.checkpoint as dcp
 
 from boost.after_training.job_defaults import job_value
 from boost.runtime.checkpoint_folder import (
-    WRITTEN_BY_NEWER_TORCH,
     choose_checkpoint,
     inspect_checkpoint,
     read_model_identity,
+    written_by_newer_torch,
 )
 from boost.training.data.run_tokenizer import (
     RunError,
@@ -86,7 +86,7 @@ def find_checkpoint(
         step, skipped = choose_checkpoint(root)
         if step is None:
             # a newer torch's save is no damage (its reason says so)
-            damage = "skipped" if any(r.startswith(WRITTEN_BY_NEWER_TORCH) for _, r in skipped) else "corrupt"
+            damage = "skipped" if any(written_by_newer_torch(r) for _, r in skipped) else "corrupt"
             why = f" ({len(skipped)} {damage}: {skipped[0][1]})" if skipped else ""
             raise RunError(
                 f"no checkpoint under {root}{why}; train first (./run_train.sh) "

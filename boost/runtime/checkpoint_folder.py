@@ -106,6 +106,11 @@ def read_metadata(path: Path):
 WRITTEN_BY_NEWER_TORCH = "written by a newer torch"
 
 
+def written_by_newer_torch(reason: str) -> bool:
+    """Whether ``reason`` (``inspect_checkpoint``'s) is a newer torch's save this one cannot read, not damage."""
+    return reason.startswith(WRITTEN_BY_NEWER_TORCH)
+
+
 def inspect_checkpoint(path: Path) -> str | None:
     """``None`` if the DCP folder at ``path`` is intact, else why it is not: damage, or a ``.metadata`` that a
     newer torch wrote (``WRITTEN_BY_NEWER_TORCH``: torch 2.15's does not unpickle on 2.13)."""

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from boost.runtime.checkpoint_folder import (
     MODEL_ONLY,
-    WRITTEN_BY_NEWER_TORCH,
     checkpoint_folders,
     choose_checkpoint,
     inspect_checkpoint,
@@ -30,6 +29,7 @@ from boost.runtime.checkpoint_folder import (
     read_metadata,
     read_model_identity,
     resume_problem,
+    written_by_newer_torch,
 )
 from boost.training.rules import data_parallel_degree
 from torchtitan_ext.data.token_checks import token_order_problem
@@ -88,7 +88,7 @@ def resume_checkpoint(job) -> tuple[Path | None, int | None, list[tuple[int, str
     if not folder.exists():
         return (_checked_initial(initial, ckpt), None, []) if initial else (None, None, [])
     step, skipped = choose_checkpoint(folder, resume=True)
-    newer_torch = [(bad, reason) for bad, reason in skipped if reason.startswith(WRITTEN_BY_NEWER_TORCH)]
+    newer_torch = [(bad, reason) for bad, reason in skipped if written_by_newer_torch(reason)]
     if newer_torch:  # no damage: resuming an older step (or none) would train over it
         bad, reason = newer_torch[0]
         instead = f"resume from step {step}" if step is not None else "start from scratch"
