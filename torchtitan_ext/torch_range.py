@@ -1,13 +1,13 @@
-"""The installed torch against the supported range, stated once in ``pyproject.toml``
-(``[tool.boost] supported-torch``), read without importing torch: ``run_train.sh`` refuses a torch older
-than the range (or none) in a fraction of a second, before any process starts.
+"""The installed torch against the supported range, stated once in ``pyproject.toml`` (the
+``tested-torch`` extra), read without importing torch: ``run_train.sh`` refuses a torch older than the
+range (or none) in a fraction of a second, before any process starts.
 
 The range is what CI tests, not a wall: a torch newer than its upper end runs where the private torch
 names BOOST bridges are there (``torch_private.missing_private_api``, found by feature, not by version),
 saying in one line which range was tested (``newer_torch_line``); one that lacks any is refused, naming
 them. The package's requirement on torch is the range's lower bound alone, so that installing BOOST
-never replaces a torch a user has. A wheel install has no ``pyproject.toml``: there the installed
-metadata's requirement (the lower bound) is the range.
+never replaces a torch a user has. A wheel install has no ``pyproject.toml``: there the range is read
+from the installed metadata, which carries the extra's requirement.
 """
 
 from __future__ import annotations
@@ -22,15 +22,25 @@ from packaging.version import Version
 
 DISTRIBUTION = "boost-lowrank"
 PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+TESTED_EXTRA = "tested-torch"
 
 
 def supported_torch() -> SpecifierSet:
-    """The torch versions BOOST supports: ``pyproject.toml``'s ``[tool.boost] supported-torch`` in a
-    checkout (installed editable or on ``PYTHONPATH``), else the installed requirement on torch."""
+    """The torch versions BOOST supports: the ``tested-torch`` extra's requirement on torch, read from
+    ``pyproject.toml`` in a checkout (installed editable or on ``PYTHONPATH``: an editable install's
+    metadata is as old as the install), else from the installed package's metadata."""
     pyproject = _pyproject()
     if pyproject is not None:
-        return SpecifierSet(pyproject["tool"]["boost"]["supported-torch"])
-    return torch_requirement(metadata.requires(DISTRIBUTION) or [])
+        return torch_requirement(pyproject["project"]["optional-dependencies"][TESTED_EXTRA])
+    return torch_requirement([r for r in metadata.requires(DISTRIBUTION) or [] if _only_in_tested_extra(r)])
+
+
+def _only_in_tested_extra(requirement: str) -> bool:
+    # metadata lists every extra's requirements beside the package's own, each marked `extra == "..."`
+    marker = Requirement(requirement).marker
+    return (
+        marker is not None and marker.evaluate({"extra": TESTED_EXTRA}) and not marker.evaluate({"extra": ""})
+    )
 
 
 def torch_requirement(requirements: list[str]) -> SpecifierSet:

@@ -20,6 +20,7 @@ from packaging.version import Version
 from torchtitan_ext import torch_private
 from torchtitan_ext.torch_private import missing_private_api
 from torchtitan_ext.torch_range import (
+    DISTRIBUTION,
     PYPROJECT,
     newer_torch_line,
     supported_range,
@@ -40,6 +41,43 @@ def test_the_requirement_on_torch_is_the_ranges_lower_bound_alone():
     requirement = torch_requirement(tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"])
     lower = [spec for spec in supported_torch() if spec.operator == ">="]
     assert list(requirement) == lower, (str(requirement), supported_range())
+
+
+def test_an_installed_wheel_knows_the_range_a_newer_torch_is_told_of(tmp_path):
+    """A wheel install has no pyproject.toml beside the package: the range comes from its metadata, which
+    pip wrote from pyproject.toml (this environment's install's; a wheel's says the same), so a newer torch
+    is still found newer there and its private names looked up, not run unchecked."""
+    import shutil
+
+    installed = metadata.distribution(DISTRIBUTION)
+    site = tmp_path / "site"
+    info = site / f"{installed.name.replace('-', '_')}-{installed.version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(installed.read_text("METADATA"))
+    shutil.copytree(
+        ROOT / "torchtitan_ext", site / "torchtitan_ext", ignore=shutil.ignore_patterns("__pycache__")
+    )
+    newer = site / "torch-2.15.0.dist-info"
+    newer.mkdir()
+    (newer / "METADATA").write_text("Metadata-Version: 2.1\nName: torch\nVersion: 2.15.0\n")
+    probe = (
+        "from torchtitan_ext import torch_range as t; "
+        "print(t.PYPROJECT.is_file(), t.__file__.startswith(sys.argv[1]), t.supported_range(), t.newer_torch())"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", f"import sys; {probe}", str(site)],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    # the metadata pip wrote when this environment was installed: an edited pyproject.toml needs a reinstall
+    assert proc.stdout.split() == ["False", "True", supported_range(), "2.15.0"], (
+        proc.stdout,
+        "reinstall if pyproject.toml's tested-torch extra changed since: pip install -e .",
+    )
 
 
 def test_the_torch_running_the_suite_is_in_the_range():
