@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from torchtitan_ext.start import ranks_beside_rank0
+from torchtitan_ext.torch_range import newer_torch, newer_torch_line
 
 ROOT = Path(__file__).resolve().parents[1]
 # short sequences and batches: a step of the debug model takes well under a second on CPU
@@ -35,6 +36,15 @@ SMALL = [
 # trainer's ``main``; it trains through it and reads what the run left in the process
 # (tests/end_to_end/compiled_graphs_probe.py).
 PROBE_ENV = "BOOST_TEST_RANK0_PROBE"
+
+
+def stderr_lines(stderr: str) -> list[str]:
+    """What the launcher said on stderr, a line each, as on every torch it runs: without the line a torch
+    newer than the tested range adds where the preflight first imports torch
+    (``torch_range.check_newer_torch``), which the suite run on such a torch would otherwise see first."""
+    lines = stderr.strip().splitlines()
+    newer = newer_torch()
+    return lines if newer is None else [line for line in lines if line != newer_torch_line(newer, [])]
 
 
 def run_train(

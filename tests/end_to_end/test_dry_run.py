@@ -19,7 +19,7 @@ import sys
 import pytest
 
 from bench.dry_run import dry_run
-from tests.trainer import ROOT, losses, train
+from tests.trainer import ROOT, losses, stderr_lines, train
 
 # (flavor, world size, extra overrides, layout), CPU-seconds measured on this machine: 7B at 16 ~35-45,
 # 30B at 32 ~80 (rank 0 holds pipeline stage 0, 9 of 36 layers, and its FSDP share of them: 175
@@ -119,7 +119,7 @@ def test_a_dry_run_plays_the_pipelines_last_stage_where_dry_run_rank_says(tmp_pa
     refused = subprocess.run(
         argv, cwd=ROOT, env=dict(env, DRY_RUN_RANK="4"), capture_output=True, text=True, timeout=120
     )
-    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+    assert refused.returncode == 2 and stderr_lines(refused.stderr) == [
         "BOOST config error: DRY_RUN_RANK = 4: must be one of the dry run's NGPU = 4 ranks, 0 to 3"
     ], refused.stderr[-2000:]
     assert not (tmp_path / "refused").exists()  # refused before any work

@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from tests.trainer import ROOT
+from tests.trainer import ROOT, stderr_lines
 from torchtitan_ext.cpu import on_cpu
 from torchtitan_ext.preflight import check_job
 from torchtitan_ext.preflight.check import preflight
@@ -81,7 +81,7 @@ def test_the_launchers_preflight_says_each_warning_in_one_line_before_any_work(t
     argv = ["--job.config_file", DEBUG, *LORO, "--optimizer.loro_refresh_freq", "0"]
     argv += ["--training.mixed_precision_param", "bfloat16", "--job.dump_folder", str(tmp_path / "out")]
     preflight(argv, 1)
-    lines = capsys.readouterr().err.splitlines()
+    lines = stderr_lines(capsys.readouterr().err)
     assert [line.split(":")[0] for line in lines] == ["BOOST warning"] * (2 if on_cpu() else 1)
     assert lines[0].startswith("BOOST warning: optimizer.loro_refresh_freq = 0: ")
     if on_cpu():

@@ -6,11 +6,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.trainer import ROOT, stderr_lines
 
 
 @pytest.mark.slow
@@ -141,7 +140,7 @@ def test_run_train_refuses_log_ranks_that_are_not_its_ranks(tmp_path):
             timeout=120,
         )
         assert proc.returncode == 2, proc.stderr[-2000:]
-        assert proc.stderr.strip().splitlines() == [
+        assert stderr_lines(proc.stderr) == [
             f"BOOST config error: LOG_RANK = {shown}: must be ranks of this node's NGPU = 1 processes: "
             "comma-separated integers from 0 to 0"
         ]

@@ -9,6 +9,7 @@ behind it: what importlib.metadata reads, and what ``import torch`` loads."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from importlib import metadata
@@ -53,7 +54,10 @@ def test_an_installed_wheel_knows_the_range_a_newer_torch_is_told_of(tmp_path):
     site = tmp_path / "site"
     info = site / f"{installed.name.replace('-', '_')}-{installed.version}.dist-info"
     info.mkdir(parents=True)
-    (info / "METADATA").write_text(installed.read_text("METADATA"))
+    # what a wheel's METADATA says and torch_range reads (an editable install's may be an egg-info's PKG-INFO)
+    said = [f"Name: {installed.metadata['Name']}", f"Version: {installed.version}"]
+    said += [f"Requires-Dist: {requirement}" for requirement in installed.requires or []]
+    (info / "METADATA").write_text("\n".join(["Metadata-Version: 2.1", *said]) + "\n")
     shutil.copytree(
         ROOT / "torchtitan_ext", site / "torchtitan_ext", ignore=shutil.ignore_patterns("__pycache__")
     )
@@ -80,9 +84,27 @@ def test_an_installed_wheel_knows_the_range_a_newer_torch_is_told_of(tmp_path):
     )
 
 
-def test_the_torch_running_the_suite_is_in_the_range():
-    assert supported_torch().contains(Version(metadata.version("torch")), prereleases=True)
-    assert torch_version_problem() is None
+def test_the_torches_ci_runs_are_the_range_its_ends_and_one_inside():
+    """The range says what CI tests: the main suite's torch (README's command, which .ci/run runs) inside
+    it, the compatibility tier's (.ci/compat's default entries) at its two ends. Read from the files, so
+    that the suite itself runs on any torch run_train.sh runs, a newer one included."""
+    main_suite = re.search(r"pip install torch==(\S+) ", (ROOT / "README.md").read_text()).group(1)
+    assert (
+        re.search(r"pip install --quiet torch==(\S+) ", (ROOT / ".ci" / "run").read_text()).group(1)
+        == main_suite
+    )
+    entries = re.search(r'COMPAT_TORCHES:-([^}"]+)', (ROOT / ".ci" / "compat").read_text()).group(1).split()
+    compat = sorted(Version(entry.split("@")[0]) for entry in entries)
+    supported = supported_torch()
+    assert all(supported.contains(v) for v in [Version(main_suite), *compat]), (main_suite, entries)
+    (lower,) = (Version(spec.version) for spec in supported if spec.operator == ">=")
+    (upper,) = (Version(spec.version) for spec in supported if spec.operator == "<")
+    assert compat[0].release[:2] == lower.release[:2], (entries, str(supported))
+    assert compat[-1].release[:2] == (upper.major, upper.minor - 1), (entries, str(supported))
+
+
+def test_run_train_takes_the_torch_running_the_suite():
+    assert torch_version_problem() is None, metadata.version("torch")
 
 
 def _run_train_with_torch(version: str, tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
