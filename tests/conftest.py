@@ -27,6 +27,15 @@ if _workers > 1 and "OMP_NUM_THREADS" not in os.environ:
     os.environ["OMP_NUM_THREADS"] = str(max(1, len(os.sched_getaffinity(0)) // _workers))
 
 
+def pytest_report_header(config):
+    # the suite runs on a torch newer than the tested range too (tests/trainer.stderr_lines): say so once
+    from torchtitan_ext.torch_range import newer_torch, supported_range
+
+    newer = newer_torch()
+    if newer is not None:
+        return f"BOOST: torch {newer} is newer than the range CI tests (torch{supported_range()})"
+
+
 def pytest_collection_modifyitems(config, items):
     # The suite's longest tests (marked `long`) first. pytest-xdist's worksteal hands each worker a contiguous
     # share of the collected list and steals from the end of another's: a long test in the middle of the
