@@ -607,6 +607,50 @@ CASES = [
         "checkpoint.async_mode = 'async_with_pinned_mem': pinned-memory staging copies from an accelerator, and "
         "this machine has none",
     ),
+    (
+        ["--lr_scheduler.total_steps", "5", "--training.steps", "10"],
+        1,
+        "lr_scheduler.total_steps = 5: ends the learning-rate schedule before training.steps = 10",
+    ),
+    (
+        ["--profiling.enable_profiling", "--profiling.profile_freq", "2"],
+        1,
+        "profiling.profile_freq = 2: each profiled window is profiler_warmup + profiler_active = 3 + 1 = 4 steps",
+    ),
+    (
+        ["--checkpoint.exclude_from_loading", "optim"],
+        1,
+        "checkpoint.exclude_from_loading = ['optim']: 'optim' is not a state a checkpoint holds",
+    ),
+    (
+        ["--checkpoint.initial_load_in_hf"],
+        1,
+        "checkpoint.initial_load_in_hf = True: BOOST gives torchtitan's checkpointer no Hugging Face "
+        "state-dict adapter",
+    ),
+    (
+        ["--checkpoint.create_seed_checkpoint"],
+        2,
+        "checkpoint.create_seed_checkpoint = True: torchtitan writes the seed checkpoint from one unsharded "
+        "process: run it at NGPU=1, not 2",
+    ),
+    (
+        ["--checkpoint.no-enable", "--checkpoint.load_step", "3"],
+        1,
+        "checkpoint.enable = False: torchtitan's checkpointer loads nothing while it is off: "
+        "checkpoint.load_step = 3 would be ignored",
+    ),
+    (
+        ["--training.dataloader.num_workers", "2"],
+        1,
+        "training.dataloader.num_workers = 2: dataset 'stdlib' is one map-style dataset that every "
+        "DataLoader worker reads whole",
+    ),
+    (
+        ["--job.dump_folder", "README.md/out"],
+        1,
+        "job.dump_folder = 'README.md/out': README.md is a file, not a folder",
+    ),
 ]
 
 # TOML edits of debug.toml ((old text, new text), ...) and the message: types are checked before torchtitan parses.

@@ -341,7 +341,8 @@ def _warn(job, world_size: int) -> None:
 
 
 def check_input_files(job, world_size: int) -> None:
-    """The files a run reads at start: corpus, tokenizer, initial checkpoint, custom import."""
+    """The files a run reads at start: corpus, tokenizer, initial checkpoint, custom import; and the folders
+    it writes (``output_folders``)."""
     from torchtitan_ext.data.dataset_check import check_dataset
     from torchtitan_ext.data.token_checks import check_token_data
     from torchtitan_ext.data.token_sources import is_tokens
@@ -378,6 +379,9 @@ def check_input_files(job, world_size: int) -> None:
                 module,
                 "no such module; BOOST's trainer needs none (it registers its model itself): leave it unset",
             )
+    from torchtitan_ext.preflight.output_folders import check_output_folders
+
+    check_output_folders(job)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -7,7 +7,11 @@ from __future__ import annotations
 from boost.training import rules
 from torchtitan_ext.config import DRY_RUN_COMM_MODE
 from torchtitan_ext.preflight.job_rules.rule import JobContext, Rule, at_least, one_of
-from torchtitan_ext.preflight.job_rules.training import context_parallel_sequence, tokens_read_in_process
+from torchtitan_ext.preflight.job_rules.training import (
+    context_parallel_sequence,
+    text_workers_read_alike,
+    tokens_read_in_process,
+)
 
 # the longest a rank waits for a collective (seconds): a week. A collective waiting longer has hung, and
 # datetime.timedelta (which torch's process group takes) overflows not far above.
@@ -43,6 +47,69 @@ def _comm_timeout(field: str) -> Rule:
     )
 
 
+# what torchtitan's checkpointer holds (model, optimizer, dataloader, lr_scheduler; the trainer's train_state)
+CHECKPOINT_STATES = ("model", "optimizer", "lr_scheduler", "dataloader", "train_state")
+
+
+def _excluded_states_exist(ctx: JobContext) -> str | None:
+    unknown = [s for s in ctx.job.checkpoint.exclude_from_loading if s not in CHECKPOINT_STATES]
+    if not unknown:
+        return None
+    return (
+        f"{unknown[0]!r} is not a state a checkpoint holds (torchtitan stops on it at the first resume): "
+        f"name some of {', '.join(CHECKPOINT_STATES)}"
+    )
+
+
+def _loading_needs_checkpointing(ctx: JobContext) -> str | None:
+    ckpt = ctx.job.checkpoint
+    if ckpt.enable or ckpt.create_seed_checkpoint:  # the seed checkpoint's row names it
+        return None
+    asked = [
+        name
+        for name, set_ in (
+            (f"checkpoint.initial_load_path = {ckpt.initial_load_path!r}", bool(ckpt.initial_load_path)),
+            (f"checkpoint.load_step = {ckpt.load_step}", ckpt.load_step != -1),
+        )
+        if set_
+    ]
+    if not asked:
+        return None
+    return (
+        f"torchtitan's checkpointer loads nothing while it is off: {asked[0]} would be ignored and the run "
+        "would train from random weights: set checkpoint.enable = true (with a new job.dump_folder to keep "
+        "this run's checkpoints apart), or remove it"
+    )
+
+
+def _seed_checkpoint(ctx: JobContext) -> str | None:
+    ckpt = ctx.job.checkpoint
+    if not ckpt.create_seed_checkpoint:
+        return None
+    if ctx.world_size != 1:
+        return (
+            "torchtitan writes the seed checkpoint from one unsharded process: run it at NGPU=1, "
+            f"not {ctx.world_size}"
+        )
+    if not ckpt.enable:
+        return "torchtitan saves it through the checkpointer: set checkpoint.enable = true"
+    return None
+
+
+def _profile_window_fits(ctx: JobContext) -> str | None:
+    prof = ctx.job.profiling
+    if not prof.enable_profiling:
+        return None
+    window = prof.profiler_warmup + prof.profiler_active
+    if prof.profile_freq >= window:
+        return None
+    return (
+        f"each profiled window is profiler_warmup + profiler_active = {prof.profiler_warmup} + "
+        f"{prof.profiler_active} = {window} steps, longer than the period (torchtitan stops on an "
+        f"AssertionError): raise it to at least {window}, or lower those two"
+    )
+
+
 ROWS: tuple[Rule, ...] = (
     # Checkpoints, metrics, validation, profiling, communication
     at_least("checkpoint.interval", 1),
@@ -65,6 +132,32 @@ ROWS: tuple[Rule, ...] = (
             if c.job.checkpoint.enable and c.job.checkpoint.last_save_in_hf
             else None
         ),
+    ),
+    Rule(
+        "checkpoint.initial_load_in_hf",
+        "false (BOOST's model has no state-dict adapter in torchtitan), and so initial_load_in_hf_quantized",
+        lambda c: (
+            "BOOST gives torchtitan's checkpointer no Hugging Face state-dict adapter: set it false, and start "
+            "from a BOOST checkpoint with checkpoint.initial_load_path = <run>/checkpoint/step-N"
+            if c.job.checkpoint.initial_load_in_hf or c.job.checkpoint.initial_load_in_hf_quantized
+            else None
+        ),
+        shown=lambda c: c.job.checkpoint.initial_load_in_hf or c.job.checkpoint.initial_load_in_hf_quantized,
+    ),
+    Rule(
+        "checkpoint.exclude_from_loading",
+        "states a checkpoint holds: model, optimizer, lr_scheduler, dataloader, train_state",
+        _excluded_states_exist,
+    ),
+    Rule(
+        "checkpoint.create_seed_checkpoint",
+        "false, or at NGPU = 1 with checkpoint.enable",
+        _seed_checkpoint,
+    ),
+    Rule(
+        "checkpoint.enable",
+        "true where checkpoint.initial_load_path or checkpoint.load_step asks for a load",
+        _loading_needs_checkpointing,
     ),
     at_least("metrics.log_freq", 1),
     at_least("validation.freq", 1, when=_validation_applies),
@@ -94,9 +187,19 @@ ROWS: tuple[Rule, ...] = (
         '0 when validation.dataset = "tokens" and validation.enable',
         tokens_read_in_process("validation"),
     ),
+    Rule(
+        "validation.dataloader.num_workers",
+        "≤ 1 for the stdlib and local datasets, when validation.enable",
+        text_workers_read_alike("validation"),
+    ),
     at_least("profiling.profile_freq", 1, when=_profiling_applies),
     at_least("profiling.profiler_active", 1, when=_profiling_applies),
     at_least("profiling.profiler_warmup", 0, when=_profiling_applies),
+    Rule(
+        "profiling.profile_freq",
+        "≥ profiler_warmup + profiler_active when profiling.enable_profiling",
+        _profile_window_fits,
+    ),
     _comm_timeout("comm.init_timeout_seconds"),
     _comm_timeout("comm.train_timeout_seconds"),
     # torch's LocalTensor simulation of every rank in one process: BOOST's seeded init reads each rank's

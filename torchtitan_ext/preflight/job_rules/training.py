@@ -135,6 +135,40 @@ def tokens_read_in_process(section: str) -> Check:
     return check
 
 
+# the datasets whose map-style ``datasets.Dataset`` torchtitan's HuggingFaceTextDataset iterates whole in
+# every DataLoader worker (it splits by data-parallel rank, not by worker)
+_MAP_STYLE_TEXT = ("stdlib", "stdlib_validation", "local")
+
+
+def text_workers_read_alike(section: str) -> Check:
+    def check(ctx: JobContext) -> str | None:
+        cfg = getattr(ctx.job, section)
+        if section == "validation" and not cfg.enable:
+            return None
+        if cfg.dataset.lower() not in _MAP_STYLE_TEXT or cfg.dataloader.num_workers <= 1:
+            return None
+        return (
+            f"dataset {cfg.dataset!r} is one map-style dataset that every DataLoader worker reads whole "
+            f"(torchtitan splits it by data-parallel rank, not by worker), so each of the "
+            f"{cfg.dataloader.num_workers} workers yields the same batches, each read "
+            "that many times: set it to 0 or 1"
+        )
+
+    return check
+
+
+def _schedule_covers_training(ctx: JobContext) -> str | None:
+    sched, steps = ctx.job.lr_scheduler, ctx.job.training.steps
+    if sched.total_steps is None or sched.total_steps >= steps:
+        return None
+    return (
+        f"ends the learning-rate schedule before training.steps = {steps}: past its end torchtitan's linear "
+        "and sqrt decays turn the learning rate negative, cosine (and cosine_restart) climb back up, and with "
+        "no decay steps left (warmup_steps ≥ total_steps) the step after it stops on an AssertionError: set "
+        "it to at least training.steps, or leave it unset"
+    )
+
+
 ROWS: tuple[Rule, ...] = (
     # Training
     at_least("training.steps", 1),
@@ -189,6 +223,11 @@ ROWS: tuple[Rule, ...] = (
         '0 when training.dataset = "tokens" (read in the training process)',
         tokens_read_in_process("training"),
     ),
+    Rule(
+        "training.dataloader.num_workers",
+        "≤ 1 for the stdlib and local datasets (each worker would read the same samples)",
+        text_workers_read_alike("training"),
+    ),
     Rule("training.dataset_seed", 'unset unless training.dataset = "tokens"', _seed_has_a_shuffle),
     # Optimizer and schedule
     one_of("optimizer.name", OPTIMIZER_NAMES, "torchtitan's build_optimizers"),
@@ -217,6 +256,7 @@ ROWS: tuple[Rule, ...] = (
         ),
     ),
     within("lr_scheduler.min_lr_factor", 0, 1),
+    Rule("lr_scheduler.total_steps", "unset, or ≥ training.steps", _schedule_covers_training),
     # LORO and its schedule
     Rule(
         "optimizer.name",
