@@ -651,6 +651,11 @@ CASES = [
         1,
         "job.dump_folder = 'README.md/out': README.md is a file, not a folder",
     ),
+    (
+        ["--boost.lax_gate_form", "kron"],
+        1,
+        "boost.lax_gate_form = 'kron': kron computes LaX's tensorized gate, and boost.linear = \"cola\" has no gate",
+    ),
 ]
 
 # TOML edits of debug.toml ((old text, new text), ...) and the message: types are checked before torchtitan parses.

@@ -81,6 +81,16 @@ def _rank_below_smallest_dim(ctx: JobContext) -> str | None:
     return None if problem is None else f"{problem} for flavor {ctx.job.model.flavor}"
 
 
+def _kron_needs_lax(ctx: JobContext) -> str | None:
+    """kron is a form of LaX's gate: under another kind, which has no gate, it would be ignored."""
+    if ctx.boost.lax_gate_form != "kron" or ctx.boost.linear == "lax":
+        return None
+    return (
+        f'kron computes LaX\'s tensorized gate, and boost.linear = "{ctx.boost.linear}" has no gate (it would '
+        'be ignored): set boost.linear = "lax", or leave lax_gate_form "factored"'
+    )
+
+
 ROWS: tuple[Rule, ...] = (
     # The job
     one_of("model.name", (rules.MODEL_NAME,), "this launcher trains BOOST's model"),
@@ -141,8 +151,8 @@ ROWS: tuple[Rule, ...] = (
     one_of("boost.lax_gate", LAX_GATES),
     Rule(
         "boost.lax_gate_form",
-        "one of factored, kron (kron: boost.lax_gate = tensorized)",
-        lambda c: rules.lax_gate_form_problem(c.boost.lax_gate, c.boost.lax_gate_form),
+        "one of factored, kron (kron: boost.linear = lax, boost.lax_gate = tensorized)",
+        lambda c: rules.lax_gate_form_problem(c.boost.lax_gate, c.boost.lax_gate_form) or _kron_needs_lax(c),
     ),
     one_of("boost.norm", NORM_MODES),
     one_of("boost.tp_scheme", TP_SCHEMES),
