@@ -192,6 +192,41 @@ def check_resume(job) -> None:
         check_model_identity(path, job)
     if path is not None and _loads_data_position(job, step):
         check_token_order(path, job)
+    if path is not None and _loads_optimizer(job, step):
+        check_optimizer_kind(path, job)
+
+
+def _loads_optimizer(job, step: int | None) -> bool:
+    # as the data position: a resume (not an initial load, not the seed checkpoint) that loads it
+    return step not in (None, 0) and "optimizer" not in job.checkpoint.exclude_from_loading
+
+
+def saved_optimizer_kind(checkpoint: Path) -> str | None:
+    """Whose state the checkpoint's optimizer holds: ``"LORO"`` (its groups keep the factor lists),
+    ``"Adam/AdamW"`` (torch's, whose groups keep ``amsgrad``), or ``None`` where it holds neither."""
+    groups = [
+        k for k in read_metadata(checkpoint).state_dict_metadata if k.startswith("optimizer.param_groups.")
+    ]
+    if any(k.endswith(".factors") for k in groups):
+        return "LORO"
+    if any(k.endswith(".amsgrad") for k in groups):
+        return "Adam/AdamW"
+    return None
+
+
+def check_optimizer_kind(checkpoint: Path, job) -> None:
+    """Refuse (``CheckpointRefused``) a resume whose optimizer state is another optimizer's: DCP would stop
+    every rank on a missing key or a metadata type it cannot load into."""
+    saved = saved_optimizer_kind(checkpoint)
+    wanted = "LORO" if job.optimizer.name == "LORO" else "Adam/AdamW"
+    if saved is None or saved == wanted:
+        return
+    raise CheckpointRefused(
+        f"BOOST checkpoint error: {checkpoint} holds {saved}'s optimizer state, and this job's "
+        f"optimizer.name = {job.optimizer.name!r} keeps another: resume with the checkpoint's optimizer, or "
+        "start a fresh optimizer and schedule with --checkpoint.exclude_from_loading optimizer,lr_scheduler "
+        "(the model, step and data position still resume), or train in a new --job.dump_folder"
+    )
 
 
 def _loads_data_position(job, step: int | None) -> bool:
