@@ -446,7 +446,9 @@ def test_corpus_smaller_than_the_data_parallel_degree_is_refused_before_start(tm
         check_job([*argv, "--parallelism.data_parallel_shard_degree", "2"], 2)
     # Validation reads its set once: a share that cannot fill one batch would end torchtitan's
     # Validator on an empty loss list at the first validation.
-    validation = ["--validation.dataset", "local", "--validation.dataset_path", str(corpus)]
+    held_out = tmp_path / "held_out.jsonl"
+    held_out.write_text(json.dumps({"text": "the held-out text"}) + "\n")
+    validation = ["--validation.dataset", "local", "--validation.dataset_path", str(held_out)]
     with pytest.raises(
         ConfigError,
         match=r"^validation\.dataset_path = .*: a data-parallel rank's share holds at most "

@@ -588,7 +588,15 @@ CASES = [
         ["--optimizer.early_step_in_backward"],
         1,
         "optimizer.early_step_in_backward = True: each parameter steps before any gradient norm is taken, so "
-        "training.max_norm = 1.0 would clip nothing",
+        "training.max_norm = 1.0 would clip nothing, and BOOST's non-finite guard, which reads that norm before "
+        "every checkpoint, would let a NaN/inf step be applied and saved",
+    ),
+    (  # unclipped: still no norm for the guard (tried: lr 1e30 saved a checkpoint of NaNs, exit 0)
+        ["--optimizer.early_step_in_backward", "--training.max_norm", "inf"],
+        1,
+        "optimizer.early_step_in_backward = True: each parameter steps before any gradient norm is taken, so "
+        "BOOST's non-finite guard, which reads that norm before every checkpoint, would let a NaN/inf step be "
+        "applied and saved",
     ),
     (
         ["--checkpoint.last_save_in_hf"],
@@ -655,6 +663,19 @@ CASES = [
         ["--boost.lax_gate_form", "kron"],
         1,
         "boost.lax_gate_form = 'kron': kron computes LaX's tensorized gate, and boost.linear = \"cola\" has no gate",
+    ),
+    (
+        ["--validation.dataset", "stdlib"],
+        1,
+        "validation.dataset = 'stdlib': is the training split: the loss would score training text",
+    ),
+    (
+        [
+            *("--training.dataset", "local", "--training.dataset_path", "corpus"),
+            *("--validation.dataset", "local", "--validation.dataset_path", "./corpus"),
+        ],
+        1,
+        "validation.dataset_path = './corpus': is training.dataset_path: the loss would score training text",
     ),
 ]
 

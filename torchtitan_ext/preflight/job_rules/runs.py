@@ -4,6 +4,8 @@ Rows of ``RULES`` (``torchtitan_ext.preflight.job_rules``), in table order."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from boost.training import rules
 from torchtitan_ext.config import DRY_RUN_COMM_MODE
 from torchtitan_ext.preflight.job_rules.rule import JobContext, Rule, at_least, one_of
@@ -44,6 +46,32 @@ def _comm_timeout(field: str) -> Rule:
             if 1 <= c.value(field) <= MAX_COMM_TIMEOUT_S
             else f"must lie in [1, {MAX_COMM_TIMEOUT_S}] seconds (a week): a collective waiting longer has hung"
         ),
+    )
+
+
+def _validation_reads_training_text(ctx: JobContext) -> str | None:
+    """The text datasets' counterpart of the tokens folders' check (``token_sources._refuse_training_text``):
+    a validation loss over the very text the run trains on says nothing of held-out text, and nothing else
+    would say so."""
+    val, train = ctx.job.validation, ctx.job.training
+    if not val.enable or val.dataset.lower() != train.dataset.lower():
+        return None
+    if val.dataset.lower() == "stdlib":
+        return 'is the training split: the loss would score training text: set it to "stdlib_validation"'
+    return None
+
+
+def _validation_path_is_training_text(ctx: JobContext) -> str | None:
+    val, train = ctx.job.validation, ctx.job.training
+    if not val.enable or not val.dataset.lower() == train.dataset.lower() == "local":
+        return None
+    if not (val.dataset_path and train.dataset_path):
+        return None
+    if Path(val.dataset_path).expanduser().resolve() != Path(train.dataset_path).expanduser().resolve():
+        return None
+    return (
+        "is training.dataset_path: the loss would score training text: set it to held-out text, or prepare "
+        "the corpus into token folders with a held-out split (boost.training.data.prepare --validation-fraction F)"
     )
 
 
@@ -186,6 +214,16 @@ ROWS: tuple[Rule, ...] = (
         "validation.dataloader.num_workers",
         '0 when validation.dataset = "tokens" and validation.enable',
         tokens_read_in_process("validation"),
+    ),
+    Rule(
+        "validation.dataset",
+        'not "stdlib" beside training.dataset = "stdlib" (its training split), when validation.enable',
+        _validation_reads_training_text,
+    ),
+    Rule(
+        "validation.dataset_path",
+        "not training.dataset_path for the local datasets, when validation.enable",
+        _validation_path_is_training_text,
     ),
     Rule(
         "validation.dataloader.num_workers",
