@@ -17,7 +17,7 @@ import shutil
 
 import pytest
 
-from tests.trainer import losses, run_train, train
+from tests.trainer import ROOT, losses, run_train, train
 
 LORO = [
     "--boost.linear",
@@ -75,3 +75,52 @@ def test_loro_resumes_across_exact_steps_from_tp2_at_one_process(tmp_path):
     assert resharded.keys() == {3, 4, 5, 6}, resharded
     for step, loss in resharded.items():
         assert abs(loss - straight[step]) <= 1e-5 * straight[step], (step, loss, straight[step])
+
+
+def _resume_refusal(tmp_path, folder: str, *overrides: str, monkeypatch) -> str | None:
+    """``run_train.sh``'s preflight, in this process, of a resume of the run in ``tmp_path/folder``: the
+    refusal, or ``None`` where it would start."""
+    from torchtitan_ext.preflight import main
+
+    monkeypatch.setenv("NGPU", "1")
+    dump = [
+        "--job.dump_folder",
+        str(tmp_path / folder),
+        "--boost.cache_dir",
+        str(tmp_path.parent / "boost-cache"),
+    ]
+    try:
+        main(["--job.config_file", "train_configs/debug.toml", *dump, *overrides])
+    except SystemExit as e:
+        return str(e.code)
+    return None
+
+
+@pytest.mark.slow
+def test_a_resume_into_the_other_optimizer_is_refused_before_any_process(tmp_path, monkeypatch):
+    """LORO's state (its factor groups) and torch's AdamW's do not load into each other: DCP stopped every
+    rank, on metadata it could not load (LORO's into AdamW) or a missing key (``amsgrad``, the reverse).
+    The preflight refuses either, naming the way on: a fresh optimizer and schedule, the model resumed."""
+    train(tmp_path, *LORO, steps=2, folder="loro")
+    adamw_svd = ["--boost.linear", "svd", "--validation.no-enable", "--checkpoint.interval", "2"]
+    train(tmp_path, *adamw_svd, steps=2, folder="adamw")
+    monkeypatch.chdir(ROOT)
+
+    fresh = ("--checkpoint.exclude_from_loading", "optimizer,lr_scheduler")
+    into_adamw = (*LORO, "--optimizer.name", "AdamW")
+    refused = _resume_refusal(tmp_path, "loro", *into_adamw, monkeypatch=monkeypatch)
+    assert refused.startswith(
+        f"BOOST checkpoint error: {tmp_path / 'loro' / 'checkpoint' / 'step-2'} holds LORO's optimizer state, "
+        "and this job's optimizer.name = 'AdamW' keeps another"
+    ), refused
+    assert _resume_refusal(tmp_path, "loro", *into_adamw, *fresh, monkeypatch=monkeypatch) is None
+
+    refused = _resume_refusal(tmp_path, "adamw", *LORO, monkeypatch=monkeypatch)
+    assert refused.startswith(
+        f"BOOST checkpoint error: {tmp_path / 'adamw' / 'checkpoint' / 'step-2'} holds Adam/AdamW's optimizer "
+        "state, and this job's optimizer.name = 'LORO' keeps another"
+    ), refused
+    assert _resume_refusal(tmp_path, "adamw", *LORO, *fresh, monkeypatch=monkeypatch) is None
+    # the same optimizer resumes
+    assert _resume_refusal(tmp_path, "loro", *LORO, monkeypatch=monkeypatch) is None
+    assert _resume_refusal(tmp_path, "adamw", *adamw_svd, monkeypatch=monkeypatch) is None
