@@ -860,3 +860,18 @@ def test_every_shipped_config_is_valid_for_every_linear_kind():
             # the overrides the TOML's header lists for this kind
             if kind != values["boost"]["linear"] and cfg.name != "debug.toml":
                 assert " ".join(overrides) in cfg.read_text(), (cfg.name, overrides)
+
+
+def test_the_states_exclude_from_loading_may_name_are_torchtitans():
+    """The preflight, which imports no torchtitan, names the checkpointer's states from its own list: held
+    to torchtitan's (its checkpointer's four, and the trainer's ``train_state``)."""
+    import inspect
+
+    from torchtitan import train
+    from torchtitan.components import checkpoint
+
+    from torchtitan_ext.preflight.job_rules.runs import CHECKPOINT_STATES
+
+    torchtitans = [checkpoint.MODEL, checkpoint.OPTIMIZER, checkpoint.LR_SCHEDULER, checkpoint.DATALOADER]
+    assert 'states={"train_state": self}' in inspect.getsource(train.Trainer.__init__)
+    assert sorted(CHECKPOINT_STATES) == sorted([*torchtitans, "train_state"])
