@@ -396,6 +396,11 @@ MALFORMED = [
     ("list.jsonl", b'["text"]\n', r"list\.jsonl:1 is a JSON list, not an object"),
     ("no_text.jsonl", b'{"content": "x"}\n', r"no_text\.jsonl:1 has no 'text' field \(keys: \['content'\]\)"),
     ("number.jsonl", b'{"text": 5}\n', r"number\.jsonl:1 has a 'text' of type int, not a string"),
+    (
+        "surrogate.jsonl",
+        b'{"text": "a\\ud800b"}\n',
+        r"surrogate\.jsonl:1 has a 'text' holding a lone surrogate \(\\ud800 at character 1\), not Unicode text",
+    ),
     ("fake.parquet", b"PAR1 not really", r"fake\.parquet is not a readable parquet file"),
 ]
 

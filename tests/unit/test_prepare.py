@@ -464,6 +464,8 @@ def test_inputs_and_options_refused_by_name(tmp_path, tokenizer_folder, capsys):
         ("--input", str(tmp_path), "--validation-fraction", "1"): "--validation-fraction 1.0: hold out a "
         "fraction in [0, 1)",
         ("--input", str(tmp_path), "--workers", "0"): "--workers 0: use at least 1",  # not "all cores"
+        # an unset variable ("$CORPUS") is not the working directory, read recursively
+        ("--input", ""): "--input '': an empty path (an unset shell variable?); name a file, folder or glob",
     }
     for extra, message in cases.items():
         assert main([*base, *extra]) == 2
@@ -503,3 +505,27 @@ def test_a_glob_and_another_text_field_select_the_documents(tmp_path, tokenizer_
     expected = [reference.encode(t, add_bos=True, add_eos=True) for t in ("from json", "from parquet")]
     assert split_documents(out, "train") == expected
     assert read_manifest(out, "x").text_field == "body"
+
+
+def test_an_output_that_cannot_be_a_folder_is_refused_in_one_line(tmp_path, tokenizer_folder, capsys):
+    (tmp_path / "a.jsonl").write_text('{"text": "x = 1"}\n')
+    (tmp_path / "file").write_text("x")
+    argv = ["--tokenizer", str(tokenizer_folder), "--input", str(tmp_path / "a.jsonl")]
+    assert main([*argv, "--output", str(tmp_path / "file" / "tokens")]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --output {tmp_path / 'file' / 'tokens'}: cannot be created (Not a directory); "
+        "name a folder that can be\n"
+    )
+
+
+def test_a_corpus_all_skipped_as_bad_is_no_dataset(tmp_path, tokenizer_folder, capsys):
+    # a mistyped --text-field under --skip-bad skips every record: no folder of 0 tokens is "prepared"
+    (tmp_path / "a.jsonl").write_text('{"text": "x = 1"}\n{"text": "y = 2"}\n')
+    out = tmp_path / "tokens"
+    argv = ["--tokenizer", str(tokenizer_folder), "--input", str(tmp_path / "a.jsonl"), "--output", str(out)]
+    assert main([*argv, "--text-field", "body", "--skip-bad"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: --output {out}: every record of the input was bad and skipped (2 skipped), so no document "
+        "is left to train on; check --text-field 'body' and the input, then prepare into a new folder\n"
+    )
+    assert not (out / MANIFEST).exists()

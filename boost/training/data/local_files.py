@@ -110,7 +110,19 @@ def _read_jsonl_texts(path: Path, config_field: str) -> list[str]:
                 f"has a 'text' of type {type(record['text']).__name__}, not a string",
                 "store each document as a JSON string",
             )
-        texts.append(record["text"])
+        text = record["text"]
+        if not text.isascii():
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as e:  # a JSON escape such as "\\ud800": no tokenizer takes it
+                raise _corpus_error(
+                    config_field,
+                    where,
+                    f"has a 'text' holding a lone surrogate (\\u{ord(text[e.start]):04x} at character {e.start}), "
+                    "not Unicode text",
+                    "write the document as valid UTF-8",
+                ) from None
+        texts.append(text)
     if not texts:
         raise _corpus_error(config_field, path, "holds only blank lines", "fill it or remove it")
     return texts

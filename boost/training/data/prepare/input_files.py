@@ -27,6 +27,10 @@ def input_kind(path: Path) -> str | None:
 
 
 def _expand(argument: str) -> list[Path]:
+    if not argument.strip():  # Path("") is the working directory: never read it for an unset variable
+        raise ConfigError(
+            f"--input {argument!r}: an empty path (an unset shell variable?); name a file, folder or glob"
+        )
     path = Path(argument).expanduser()
     listing = ", ".join(INPUT_SUFFIXES)
     if path.is_file():

@@ -160,6 +160,14 @@ def prepare_corpus(
             )
         progress.close()
         manifest = _manifest(options, [records[i] for i in range(len(files))], tokenizer)
+        if not any(split.documents for split in manifest.splits.values()):
+            # only --skip-bad gets here (an input without a document is refused otherwise): a folder of
+            # no token would be "prepared", and the trainer could only guess why it is empty
+            raise ConfigError(
+                f"--output {output}: every record of the input was bad and skipped ({manifest.skipped:,} "
+                f"skipped), so no document is left to train on; check --text-field {text_field!r} and the "
+                "input, then prepare into a new folder"
+            )
         write_manifest(output, manifest)
         state.finish()
     except KeyboardInterrupt:

@@ -104,7 +104,12 @@ class PrepareState:
         """Create or continue the record of ``options``; refuse another prepare's folder or options."""
         if self.output.exists() and not self.output.is_dir():
             raise ConfigError(f"--output {self.output}: is a file; name a folder (new or empty)")
-        self.output.mkdir(parents=True, exist_ok=True)
+        try:
+            self.output.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # a file where a parent folder should be, no permission, a read-only disk
+            raise ConfigError(
+                f"--output {self.output}: cannot be created ({e.strerror}); name a folder that can be"
+            ) from None
         if not self.folder.is_dir():
             others = [p.name for p in self.output.iterdir()]
             if others:
