@@ -165,6 +165,11 @@ def test_the_preflight_refuses_what_a_token_folder_cannot_serve(
         "(a re-run continues an interrupted one)"
     )
     assert "no such folder; prepare a corpus into it first" in refusal(args(tmp_path / "nowhere"))
+    corpus_file = tmp_path / "corpus.jsonl"  # the corpus named where its prepared folder belongs
+    corpus_file.write_text('{"text": "a document"}\n')
+    assert "is a file, not a prepared token folder: prepare it into a folder first" in refusal(
+        args(corpus_file)
+    )
     assert refusal(job_args(cache_dir, folder)[:-14] + ["--training.dataset", "tokens"]).startswith(
         'training.dataset_path = None: dataset "tokens" reads prepared token folders'
     )

@@ -244,6 +244,13 @@ def read_manifest(folder: str | Path, field: str) -> Manifest:
     """The manifest of a finished prepare at ``folder``; anything else is refused naming ``field``
     (``training.dataset_path``), the folder and the fix. Reads no shard, only their sizes."""
     path = Path(folder).expanduser()
+    if path.is_file():  # a corpus file named where its prepared folder belongs
+        refuse(
+            field,
+            str(folder),
+            "is a file, not a prepared token folder: prepare it into a folder first "
+            f'({PREPARE_COMMAND}), or read it as text with dataset = "local"',
+        )
     if not path.is_dir():
         refuse(field, str(folder), f"no such folder; prepare a corpus into it first: {PREPARE_COMMAND}")
     manifest_file = path / MANIFEST
