@@ -46,8 +46,12 @@ def next_token_distribution(
     return probs
 
 
-def check_sampling(temperature: float, top_k: int | None, top_p: float | None, max_new_tokens: int) -> None:
+def check_sampling(
+    temperature: float, top_k: int | None, top_p: float | None, max_new_tokens: int, seed: int = 0
+) -> None:
     """``ValueError`` naming the option and its range, before any work."""
+    if not -(2**63) <= seed < 2**64:  # torch.Generator.manual_seed's range
+        raise ValueError(f"--seed {seed} must lie in [-2**63, 2**64)")
     if not temperature >= 0 or math.isinf(temperature):  # nan fails the comparison
         raise ValueError(f"--temperature {temperature} must be a finite number >= 0 (0 = greedy)")
     if top_k is not None and top_k < 1:
@@ -159,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(own)
 
     try:
-        check_sampling(ns.temperature, ns.top_k, ns.top_p, ns.max_new_tokens)
+        check_sampling(ns.temperature, ns.top_k, ns.top_p, ns.max_new_tokens, ns.seed)
         # RoPE table long enough for the request even beyond the training length (a token is >= 1 byte).
         needed = 1 + len(ns.prompt.encode()) + ns.max_new_tokens
         run = load_run(

@@ -95,7 +95,11 @@ def find_checkpoint(
         for newer, reason in skipped:  # a newer step the user may expect to be read: say why it is not
             logger.warning("step-%d skipped: %s", newer, reason)
         path = root / f"step-{step}"
-    elif str(checkpoint).isdigit():
+    elif not str(checkpoint).strip():
+        raise RunError(
+            f"{checkpoint_arg} is empty; pass a step-N folder or a step number, or leave it out for the newest"
+        )
+    elif re.fullmatch(r"[0-9]+", str(checkpoint)):  # ASCII digits: str.isdigit() also takes '²', int() does not
         path = root / f"step-{int(checkpoint)}"
     elif re.fullmatch(r"step-\d+", str(checkpoint)) and not Path(checkpoint).is_dir():
         path = root / str(checkpoint)  # a step folder's name, under the run's checkpoint folder
@@ -105,6 +109,17 @@ def find_checkpoint(
         raise RunError(
             f"{checkpoint_arg} {checkpoint}: {path} is not a folder; pass a step-N folder or a step number"
         )
+    if not (path / ".metadata").exists():
+        # a run's folder or its checkpoint folder, one level above the step-N folders: not a failed save
+        for folder in (path, path / job_value(config, "checkpoint", "folder")):
+            steps = sorted(
+                (int(p.name[5:]) for p in folder.glob("step-*") if re.fullmatch(r"step-[0-9]+", p.name)),
+            )
+            if steps:
+                raise RunError(
+                    f"{checkpoint_arg} {path} is not a checkpoint but holds step folders under {folder} "
+                    f"(step-{', step-'.join(map(str, steps))}); pass one of them or a step number"
+                )
     reason = inspect_checkpoint(path)
     if reason is not None:
         raise RunError(f"{checkpoint_arg} {path} cannot be read: {reason}")

@@ -436,3 +436,20 @@ def test_a_boost_folder_with_fields_this_boost_does_not_know_is_refused(tmp_path
         match=re.escape(f"{tmp_path / 'config.json'}: boost section has unknown field(s) ['carry_width']"),
     ):
         load_hf(tmp_path)
+
+
+def test_a_rank_for_a_dense_import_is_refused_not_dropped(hf, tmp_path, capsys):
+    # --rank with the default (dense) kind: no bottleneck to give it; it was ignored, a LLaMA folder written
+    _, path = hf
+    out = tmp_path / "out"
+    err = _import_error(capsys, path, "--rank", 8, "--out", out)
+    assert "rank 8 applies to a low-rank import" in err and "--linear" in err, err
+    assert not out.exists()
+
+
+def test_an_empty_out_is_refused_not_the_working_folder(hf, tmp_path, capsys, monkeypatch):
+    _, path = hf
+    monkeypatch.chdir(tmp_path)
+    err = _import_error(capsys, path, "--out", "")
+    assert err.startswith("error: --out is empty"), err
+    assert list(tmp_path.iterdir()) == []

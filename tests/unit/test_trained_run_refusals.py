@@ -204,3 +204,25 @@ def test_a_toml_value_of_another_type_is_refused_naming_the_field(tmp_path, sect
     config[section][field] = value
     with pytest.raises(RunError, match=re.escape(f"run.toml: {section}.{field} = {value!r} is not a {kind}")):
         load_checkpoint_model(path, config, "run.toml")
+
+
+def test_a_run_or_checkpoint_folder_given_as_the_checkpoint_names_its_steps(tmp_path):
+    # not "no .metadata (the save did not finish)": the folder is one level above the checkpoints
+    config = {"job": {"dump_folder": str(tmp_path)}}
+    _save(tmp_path / "checkpoint" / "step-3", _state())
+    _save(tmp_path / "checkpoint" / "step-12", _state())
+    for given in (tmp_path, tmp_path / "checkpoint"):
+        with pytest.raises(RunError, match=re.escape("holds step folders under")) as e:
+            find_checkpoint(config, str(given))
+        assert "(step-3, step-12); pass one of them or a step number" in str(e.value)
+        assert "did not finish" not in str(e.value)
+
+
+@pytest.mark.parametrize("given", ["", " ", "²", "٣"])
+def test_an_empty_or_non_ascii_digit_checkpoint_is_refused_naming_the_argument(tmp_path, given, monkeypatch):
+    # '' read the working folder; '²'.isdigit() is True and int('²') raised an unnamed ValueError
+    monkeypatch.chdir(tmp_path)
+    config = {"job": {"dump_folder": str(tmp_path)}}
+    _save(tmp_path / "checkpoint" / "step-2", _state())
+    with pytest.raises(RunError, match=r"^--checkpoint "):
+        find_checkpoint(config, given)

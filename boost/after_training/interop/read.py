@@ -26,7 +26,7 @@ from boost.after_training.interop.factorize import (
 from boost.training.model.args import ModelArgs
 from boost.training.model.grouped_state import to_grouped, to_ungrouped
 from boost.training.model.model import Transformer, rope_cache
-from boost.training.rules import LINEAR_KINDS, rank_problem
+from boost.training.rules import KINDS, LINEAR_KINDS, rank_problem
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +73,12 @@ def load_hf_with_report(
     linear = linear or "full"
     if linear not in LINEAR_KINDS:
         raise ValueError(f"linear = {linear!r} is unknown; choose one of {LINEAR_KINDS}")
+    if rank is not None and not KINDS[linear].low_rank:
+        # a dense import has no bottleneck: the rank would be dropped unsaid
+        raise ValueError(
+            f"rank {rank} applies to a low-rank import, and this one is {linear!r}: choose linear svd, cola or "
+            "lax (the CLI's --linear), or leave the rank out"
+        )
     grouped = True if group_linears is None else group_linears
     args = args_from_hf_config(config, linear, rank, grouped, source=str(path / "config.json"))
     hf = read_weights(path)
