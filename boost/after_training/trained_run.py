@@ -99,7 +99,9 @@ def find_checkpoint(
         raise RunError(
             f"{checkpoint_arg} is empty; pass a step-N folder or a step number, or leave it out for the newest"
         )
-    elif re.fullmatch(r"[0-9]+", str(checkpoint)):  # ASCII digits: str.isdigit() also takes '²', int() does not
+    elif re.fullmatch(
+        r"[0-9]+", str(checkpoint)
+    ):  # ASCII digits: str.isdigit() also takes '²', int() does not
         path = root / f"step-{int(checkpoint)}"
     elif re.fullmatch(r"step-\d+", str(checkpoint)) and not Path(checkpoint).is_dir():
         path = root / str(checkpoint)  # a step folder's name, under the run's checkpoint folder

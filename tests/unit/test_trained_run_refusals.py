@@ -224,5 +224,8 @@ def test_an_empty_or_non_ascii_digit_checkpoint_is_refused_naming_the_argument(t
     monkeypatch.chdir(tmp_path)
     config = {"job": {"dump_folder": str(tmp_path)}}
     _save(tmp_path / "checkpoint" / "step-2", _state())
-    with pytest.raises(RunError, match=r"^--checkpoint "):
+    expected = (
+        r"^--checkpoint is empty" if not given.strip() else rf"^--checkpoint {given}: {given} is not a folder"
+    )
+    with pytest.raises(RunError, match=expected):
         find_checkpoint(config, given)

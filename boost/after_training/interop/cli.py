@@ -65,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if not ns.out.strip():
-            raise ValueError("--out is empty; give the folder to write (it would write into the working folder)")
+            raise ValueError(
+                "--out is empty; give the folder to write (it would write into the working folder)"
+            )
         if Path(ns.out).exists() and not Path(ns.out).is_dir():
             raise FileExistsError(f"--out {ns.out} is an existing file; give a folder path")
         if ns.command == "import":
