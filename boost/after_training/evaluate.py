@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from boost.after_training.job_defaults import job_value
+from boost.after_training.job_defaults import job_value, read_run_config
 from boost.training.data.local_files import read_local_corpus  # the trainer's readers, not copies
 from boost.training.data.stdlib_corpus import stdlib_texts
 from boost.training.model.attention import KERNELS
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--max-tokens", type=int, default=None, help="stop after this many scored tokens")
     from boost.after_training.trained_run import load_run, shard_for_inference
-    from boost.training.data.run_tokenizer import RunError, read_toml, split_overrides
+    from boost.training.data.run_tokenizer import RunError, split_overrides
 
     # --section.field value: the overrides the run was started with (--boost.linear svd), read over the TOML
     own, overrides = split_overrides(sys.argv[1:] if argv is None else argv)
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         for option in ("seq_len", "batch_size", "max_tokens"):
             if getattr(ns, option) is not None and getattr(ns, option) < 1:
                 raise ValueError(f"--{option.replace('_', '-')} {getattr(ns, option)} must be >= 1")
-        config = read_toml(ns.config, overrides)
+        config = read_run_config(ns.config, overrides)
         # the trainer's validation windows: validation.seq_len, torchtitan's 2048 when the TOML omits it
         seq_len = ns.seq_len or job_value(config, "validation", "seq_len")
         texts, name = corpus_texts(config, ns.data)

@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 import torch.distributed.checkpoint as dcp
 
-from boost.after_training.job_defaults import job_value
+from boost.after_training.job_defaults import job_value, read_run_config
 from boost.runtime.checkpoint_folder import (
     choose_checkpoint,
     inspect_checkpoint,
@@ -49,7 +49,6 @@ from boost.training.data.run_tokenizer import (
     RunError,
     TextTokenizer,
     load_tokenizer,
-    read_toml,
     run_tokenizer_dir,
 )
 from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
@@ -99,9 +98,8 @@ def find_checkpoint(
         raise RunError(
             f"{checkpoint_arg} is empty; pass a step-N folder or a step number, or leave it out for the newest"
         )
-    elif re.fullmatch(
-        r"[0-9]+", str(checkpoint)
-    ):  # ASCII digits: str.isdigit() also takes '²', int() does not
+    # a step number in ASCII digits: str.isdigit() takes '²', which int() does not
+    elif re.fullmatch(r"[0-9]+", str(checkpoint)):
         path = root / f"step-{int(checkpoint)}"
     elif re.fullmatch(r"step-\d+", str(checkpoint)) and not Path(checkpoint).is_dir():
         path = root / str(checkpoint)  # a step folder's name, under the run's checkpoint folder
@@ -291,7 +289,7 @@ def load_run(
         overrides: the ``--section.field value`` overrides the run was started with, over the TOML.
         checkpoint_arg: the caller's CLI's name for ``checkpoint``, which its refusals tell the user to pass.
     """
-    config = read_toml(config_toml, overrides)
+    config = read_run_config(config_toml, overrides)
     path = find_checkpoint(config, checkpoint, checkpoint_arg)
     identity = _read_identity(path)
     model = _load_model(path, config, str(config_toml), max_seq_len, identity)

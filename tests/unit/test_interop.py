@@ -453,3 +453,14 @@ def test_an_empty_out_is_refused_not_the_working_folder(hf, tmp_path, capsys, mo
     err = _import_error(capsys, path, "--out", "")
     assert err.startswith("error: --out is empty"), err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_an_out_folder_that_holds_files_is_refused_not_written_over(hf, tmp_path, capsys):
+    # written over, it kept what the new folder does not write: another model's tokenizer, loaded beside it
+    _, path = hf
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "tokenizer.json").write_text("{}")
+    err = _import_error(capsys, path, "--linear", "svd", "--rank", 8, "--out", out)
+    assert err.startswith(f"error: --out {out} already holds files (tokenizer.json); give a new folder"), err
+    assert sorted(p.name for p in out.iterdir()) == ["tokenizer.json"]

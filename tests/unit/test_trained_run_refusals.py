@@ -229,3 +229,39 @@ def test_an_empty_or_non_ascii_digit_checkpoint_is_refused_naming_the_argument(t
     )
     with pytest.raises(RunError, match=expected):
         find_checkpoint(config, given)
+
+
+@pytest.mark.parametrize("cli", [_evaluate, _generate, _export])
+def test_a_misspelt_run_override_is_refused_not_read_over_another_run(cli, tmp_path, capsys):
+    """A typo in an override of a field the tools read (``--job.dump-foldr``) read the TOML's run folder, and
+    scored another run's checkpoint; a ``[boost]`` field BOOST lacks was dropped unsaid. Both are refused
+    naming the field meant; a field no tool reads (``--training.steps``) still passes, so that a run is read
+    back with the overrides it was started with."""
+    trained = tmp_path / "trained"
+    _save(trained / "checkpoint" / "step-2", _state())
+    toml = tmp_path / "run.toml"
+    toml.write_text(f'[job]\ndump_folder = "{trained}"\n[model]\nflavor = "debug"\n')
+    (tmp_path / "notes.txt").write_text("hello world\n")
+    argv = {_evaluate: ["--data", str(tmp_path / "notes.txt")], _export: ["--out", str(tmp_path / "out")]}
+    argv = ["--config", str(toml), *argv.get(cli, [])]
+    for typo, message in (
+        (["--job.dump-foldr", str(tmp_path / "other")], "--job.dump_foldr: "),
+        (["--boost.linaer", "svd"], "--boost.linaer: BOOST has no such option; did you mean --boost.linear?"),
+    ):
+        assert cli([*argv, *typo]) == 2
+        (line,) = capsys.readouterr().err.splitlines()
+        assert line.startswith(f"error: {message}"), line
+    assert "did you mean --job.dump_folder?" in _refusal_of(["--job.dump-foldr", "x"], toml)
+    assert _refusal_of([], tmp_path).startswith(f"--config {tmp_path} is a folder; pass the TOML")
+    # a field no tool reads, as the run was started with it, passes
+    from boost.after_training.job_defaults import read_run_config
+
+    assert read_run_config(toml, ["--training.steps", "20"])["training"] == {"steps": 20}
+
+
+def _refusal_of(overrides: list[str], toml: Path) -> str:
+    from boost.after_training.job_defaults import read_run_config
+
+    with pytest.raises(RunError) as refused:
+        read_run_config(toml, overrides)
+    return str(refused.value)

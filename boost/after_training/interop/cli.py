@@ -70,6 +70,14 @@ def main(argv: list[str] | None = None) -> int:
             )
         if Path(ns.out).exists() and not Path(ns.out).is_dir():
             raise FileExistsError(f"--out {ns.out} is an existing file; give a folder path")
+        held = sorted(p.name for p in Path(ns.out).iterdir()) if Path(ns.out).is_dir() else []
+        if held:
+            # written over, the folder would keep what this export does not write (another model's tokenizer,
+            # an older shard), which transformers then loads beside it
+            raise FileExistsError(
+                f"--out {ns.out} already holds files ({', '.join(held[:4])}{', ...' if len(held) > 4 else ''}); "
+                "give a new folder, or remove that one first"
+            )
         if ns.command == "import":
             model, report = load_hf_with_report(ns.hf_dir, ns.linear, ns.rank)
             if model.model_args.low_rank:

@@ -74,6 +74,10 @@ class TextTokenizer:
 def read_toml(path: str | Path, overrides: Sequence[str] = ()) -> dict:
     """The TOML at ``path`` with the run's command-line ``overrides`` over it (``with_overrides``)."""
     path = Path(path)
+    if path.is_dir():
+        raise RunError(
+            f"--config {path} is a folder; pass the TOML the run was trained with (train_configs/)"
+        )
     if not path.is_file():
         raise RunError(
             f"--config {path} does not exist; pass the TOML the run was trained with (train_configs/)"
