@@ -226,3 +226,19 @@ def test_order_differences_name_a_changed_weight():
         "folder 2 has weight 1/2 (checkpoint) against 1/4 (this job)",
     ]
     assert order_differences(saved, saved) == []
+
+
+def test_a_shard_changed_after_prepare_is_named_not_fed_to_the_embedding(tmp_path):
+    # its size unchanged (what the preflight checks), its ids past any the tokenizer has: an IndexError in the
+    # embedding mid-training before, a device-side assert on a GPU
+    split = folder_of_windows(tmp_path, 4)
+    assert int(split.read(0, 32).max()) == 31
+    shard = sorted(tmp_path.glob("train-*.bin"))[1]
+    shard.write_bytes(b"\xff" * shard.stat().st_size)
+    split = TokenSplit(tmp_path, read_manifest(tmp_path, "training.dataset_path"), "train")
+    split.read(0, 5)  # the first shard is intact
+    with pytest.raises(ValueError, match=re.escape(f"{shard} holds token id ")) as refused:
+        split.read(0, 32)
+    assert "above the largest id prepare wrote (31): the shard was changed after prepare" in str(
+        refused.value
+    )

@@ -309,6 +309,8 @@ class TokenSplit:
         self.folder = Path(folder).expanduser()
         self.manifest = manifest
         shards = [s for s in manifest.splits[split].shards if s.tokens > 0]
+        self._names = [s.name for s in shards]
+        self._max_token_id = manifest.splits[split].max_token_id
         torch_dtype = getattr(torch, manifest.dtype)
         # torch.from_file maps the file (MAP_PRIVATE) and keeps no descriptor: a thousand shards are fine.
         self._maps = [
@@ -335,7 +337,17 @@ class TokenSplit:
         while length > 0:
             offset = start - self._starts[shard]
             take = min(length, self._starts[shard + 1] - start)
-            pieces.append(self._maps[shard][offset : offset + take].to(torch.int64))
+            piece = self._maps[shard][offset : offset + take].to(torch.int64)
+            # a shard whose bytes changed after prepare (its size, which the preflight checks, unchanged):
+            # an id past the embedding stops the step with an IndexError, on a GPU a device-side assert
+            if int(piece.max()) > self._max_token_id:
+                raise ValueError(
+                    f"{self.folder / self._names[shard]}.bin holds token id {int(piece.max())} at tokens "
+                    f"{offset}..{offset + take} of its {self._starts[shard + 1] - self._starts[shard]}, above the "
+                    f"largest id prepare wrote ({self._max_token_id}): the shard was changed after prepare; "
+                    "prepare the corpus again into a new DIR"
+                )
+            pieces.append(piece)
             start, length, shard = start + take, length - take, shard + 1
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
