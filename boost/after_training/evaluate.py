@@ -211,6 +211,15 @@ def main(argv: list[str] | None = None) -> int:
         # the trainer's validation windows: validation.seq_len, torchtitan's 2048 when the TOML omits it
         seq_len = ns.seq_len or job_value(config, "validation", "seq_len")
         texts, name = corpus_texts(config, ns.data)
+        # a token covers at least a byte of text (the framing's BOS/EOS, a leading-space marker apart): a window
+        # longer than the text bounds scores nothing, and its RoPE table is built before the text is read
+        # (--seq-len 1000000000: the model's load ran out of memory)
+        most = sum(len(text.encode()) + 3 for text in texts)
+        if seq_len + 1 > most:
+            raise ValueError(
+                f"seq_len {seq_len} (--seq-len): no window to score: {name} is at most {most:,} tokens, fewer "
+                "than seq_len + 1; pass a smaller --seq-len or more text"
+            )
         run = load_run(
             ns.config,
             ns.checkpoint,

@@ -133,6 +133,13 @@ def test_cli_scores_a_local_file(tmp_path, capsys):
     assert "nope.txt" in capsys.readouterr().err
     assert main(["--config", str(toml), "--data", str(data), "--seq-len", "0"]) == 2
     assert "--seq-len 0 must be >= 1" in capsys.readouterr().err
+    # a window longer than the text: refused before the model (and its RoPE table of seq_len positions) is
+    # built: --seq-len 1000000000 ran the load out of memory
+    assert main(["--config", str(toml), "--data", str(data), "--seq-len", "1000000000"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: seq_len 1000000000 (--seq-len): no window to score: {data} is at most "), (
+        err
+    )
 
 
 def test_sentencepiece_style_tokens_count_their_spaces_and_fallback_bytes(tmp_path):
