@@ -107,20 +107,16 @@ def test_a_resume_into_the_other_optimizer_is_refused_before_any_process(tmp_pat
     monkeypatch.chdir(ROOT)
 
     fresh = ("--checkpoint.exclude_from_loading", "optimizer,lr_scheduler")
-    into_adamw = (*LORO, "--optimizer.name", "AdamW")
-    refused = _resume_refusal(tmp_path, "loro", *into_adamw, monkeypatch=monkeypatch)
-    assert refused.startswith(
-        f"BOOST checkpoint error: {tmp_path / 'loro' / 'checkpoint' / 'step-2'} holds LORO's optimizer state, "
-        "and this job's optimizer.name = 'AdamW' keeps another"
-    ), refused
-    assert _resume_refusal(tmp_path, "loro", *into_adamw, *fresh, monkeypatch=monkeypatch) is None
-
-    refused = _resume_refusal(tmp_path, "adamw", *LORO, monkeypatch=monkeypatch)
-    assert refused.startswith(
-        f"BOOST checkpoint error: {tmp_path / 'adamw' / 'checkpoint' / 'step-2'} holds Adam/AdamW's optimizer "
-        "state, and this job's optimizer.name = 'LORO' keeps another"
-    ), refused
-    assert _resume_refusal(tmp_path, "adamw", *LORO, *fresh, monkeypatch=monkeypatch) is None
+    for folder, saved, job, wanted in (
+        ("loro", "LORO", (*LORO, "--optimizer.name", "AdamW"), "AdamW"),
+        ("adamw", "Adam/AdamW", LORO, "LORO"),
+    ):
+        refused = _resume_refusal(tmp_path, folder, *job, monkeypatch=monkeypatch)
+        assert refused.startswith(
+            f"BOOST checkpoint error: {tmp_path / folder / 'checkpoint' / 'step-2'} holds {saved}'s optimizer "
+            f"state, and this job's optimizer.name = '{wanted}' keeps another"
+        ), refused
+        assert _resume_refusal(tmp_path, folder, *job, *fresh, monkeypatch=monkeypatch) is None
     # the same optimizer resumes
     assert _resume_refusal(tmp_path, "loro", *LORO, monkeypatch=monkeypatch) is None
     assert _resume_refusal(tmp_path, "adamw", *adamw_svd, monkeypatch=monkeypatch) is None
