@@ -9,6 +9,7 @@ import math
 
 from boost.training import rules
 from boost.training.rules import KINDS
+from torchtitan_ext.data.dataset_check import BOOST_DATASETS
 from torchtitan_ext.preflight.job_rules.rule import Check, JobContext, Rule, at_least, one_of, within
 
 # torchtitan.components.optimizer.build_optimizers knows Adam and AdamW (NotImplementedError otherwise);
@@ -137,9 +138,10 @@ def tokens_read_in_process(section: str) -> Check:
     return check
 
 
-# the datasets whose map-style ``datasets.Dataset`` torchtitan's HuggingFaceTextDataset iterates whole in
-# every DataLoader worker (it splits by data-parallel rank, not by worker)
-_MAP_STYLE_TEXT = ("stdlib", "stdlib_validation", "local")
+# BOOST's text datasets are map-style ``datasets.Dataset``s (torchtitan_ext/data/text_datasets.py), which
+# torchtitan's HuggingFaceTextDataset iterates whole in every DataLoader worker: it splits by data-parallel
+# rank, not by worker (a streaming dataset of the hub splits its shards over workers itself)
+_MAP_STYLE_TEXT = BOOST_DATASETS
 
 
 def text_workers_read_alike(section: str) -> Check:
