@@ -86,7 +86,7 @@ def test_each_cli_names_its_own_way_to_pass_a_checkpoint(cli, tmp_path, capsys):
     positional SOURCE, not evaluate's --checkpoint), and what it passes reaches the checkpoint lookup."""
     toml = tmp_path / "run.toml"
     toml.write_text(f'[job]\ndump_folder = "{tmp_path}"\n[model]\nflavor = "debug"\n')
-    (tmp_path / "notes.txt").write_text("hello world\n")
+    (tmp_path / "notes.txt").write_text("hello world\n" * 300)  # more than one window of seq_len 2048
     argv = {_evaluate: ["--data", str(tmp_path / "notes.txt")], _export: ["--out", str(tmp_path / "out")]}
     argv = ["--config", str(toml), *argv.get(cli, [])]
     assert cli(argv) == 2
