@@ -40,6 +40,7 @@ import torch.distributed.checkpoint as dcp
 
 from boost.after_training.job_defaults import job_value, read_run_config
 from boost.runtime.checkpoint_folder import (
+    checkpoint_folders,
     choose_checkpoint,
     inspect_checkpoint,
     read_model_identity,
@@ -112,9 +113,7 @@ def find_checkpoint(
     if not (path / ".metadata").exists():
         # a run's folder or its checkpoint folder, one level above the step-N folders: not a failed save
         for folder in (path, path / job_value(config, "checkpoint", "folder")):
-            steps = sorted(
-                (int(p.name[5:]) for p in folder.glob("step-*") if re.fullmatch(r"step-[0-9]+", p.name)),
-            )
+            steps = sorted(checkpoint_folders(folder))
             if steps:
                 raise RunError(
                     f"{checkpoint_arg} {path} is not a checkpoint but holds step folders under {folder} "

@@ -59,10 +59,9 @@ def written_folders(job) -> list[tuple[str, str, Path]]:
                 dump / prof.save_memory_snapshot_folder,
             )
         )
-    assets = job.model.hf_assets_path
-    if not (assets and (Path(assets).expanduser() / "tokenizer.json").is_file()):
-        from boost.training.data.offline_tokenizer import stdlib_tokenizer_dir
+    from boost.training.data.offline_tokenizer import assets_tokenizer_dir, stdlib_tokenizer_dir
 
+    if assets_tokenizer_dir(job.model.hf_assets_path) is None:
         cached = stdlib_tokenizer_dir(job.boost.tokenizer_vocab_size, job.boost.cache_dir)
         if not (cached / "tokenizer.json").exists():  # trained and cached at start: its folder is written
             folders.append(("boost.cache_dir", job.boost.cache_dir, cached.parent))

@@ -129,9 +129,14 @@ def ensure_stdlib_tokenizer(vocab_size: int, cache_dir: str | None) -> Path:
     return target
 
 
+def assets_tokenizer_dir(hf_assets_path: str | None) -> Path | None:
+    """``model.hf_assets_path`` when it holds a ``tokenizer.json`` (the run's tokenizer), else ``None``."""
+    if hf_assets_path and (Path(hf_assets_path).expanduser() / "tokenizer.json").is_file():
+        return Path(hf_assets_path).expanduser()
+    return None
+
+
 def tokenizer_dir(hf_assets_path: str | None, vocab_size: int, cache_dir: str | None) -> Path:
     """The tokenizer folder of a run: ``model.hf_assets_path`` when it holds a ``tokenizer.json``,
     else the offline BPE's (trained on first use). The trainer and the after-training tools both ask here."""
-    if hf_assets_path and (Path(hf_assets_path).expanduser() / "tokenizer.json").is_file():
-        return Path(hf_assets_path).expanduser()
-    return ensure_stdlib_tokenizer(vocab_size, cache_dir)
+    return assets_tokenizer_dir(hf_assets_path) or ensure_stdlib_tokenizer(vocab_size, cache_dir)
