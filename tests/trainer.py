@@ -47,6 +47,25 @@ def stderr_lines(stderr: str) -> list[str]:
     return lines if newer is None else [line for line in lines if line != newer_torch_line(newer, [])]
 
 
+def preflight_refusal(tmp_path: Path, *overrides: str, monkeypatch, dump: Path | None = None) -> str | None:
+    """``run_train.sh``'s preflight of the debug TOML in this process, at NGPU=1, for the run folder ``dump``
+    (``tmp_path/out``) with the suite's shared BOOST cache: the refusal message, or ``None`` if it would start."""
+    from torchtitan_ext.preflight import main
+
+    monkeypatch.setenv("NGPU", "1")
+    folders = [
+        "--job.dump_folder",
+        str(dump or tmp_path / "out"),
+        "--boost.cache_dir",
+        str(tmp_path.parent / "boost-cache"),
+    ]
+    try:
+        main(["--job.config_file", str(ROOT / "train_configs" / "debug.toml"), *folders, *overrides])
+    except SystemExit as e:
+        return str(e.code)
+    return None
+
+
 def run_train(
     tmp_path: Path,
     *overrides: str,

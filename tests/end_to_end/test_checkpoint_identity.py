@@ -21,7 +21,7 @@ import torch
 
 from boost.training.data.tokenizer_fingerprint import tokenizer_fingerprint
 from tests.end_to_end.default_run import DEFAULT_RUN
-from tests.trainer import ROOT, SMALL, losses, train
+from tests.trainer import ROOT, SMALL, losses, preflight_refusal, train
 from torchtitan_ext.guards.checkpoint_guard import check_model_identity
 
 COMMON = DEFAULT_RUN
@@ -37,29 +37,6 @@ def trained(default_run) -> tuple[Path, dict[int, float]]:
 def _copy_run(trained_tmp: Path, tmp_path: Path) -> Path:
     shutil.copytree(trained_tmp / "out" / "checkpoint", tmp_path / "out" / "checkpoint")
     return tmp_path / "out" / "checkpoint"
-
-
-def _preflight(tmp_path: Path, *overrides: str, monkeypatch, dump: Path | None = None) -> str | None:
-    """``run_train.sh``'s preflight in this process for the run folder ``dump`` (``tmp_path/out``):
-    the refusal message, or ``None`` if it would start."""
-    from torchtitan_ext.preflight import main
-
-    monkeypatch.setenv("NGPU", "1")
-    try:
-        main(
-            [
-                "--job.config_file",
-                "train_configs/debug.toml",
-                "--job.dump_folder",
-                str(dump or tmp_path / "out"),
-                "--boost.cache_dir",
-                str(tmp_path.parent / "boost-cache"),
-                *overrides,
-            ]
-        )
-    except SystemExit as e:
-        return str(e.code)
-    return None
 
 
 def _tokenizer_folder(tmp: Path) -> Path:
@@ -150,7 +127,7 @@ def test_preflight_names_every_differing_field_and_lets_layout_changes_through(
 ):
     tmp, _ = trained
     _copy_run(tmp, tmp_path)
-    flavor = _preflight(tmp_path, "--model.flavor", "60M", monkeypatch=monkeypatch)
+    flavor = preflight_refusal(tmp_path, "--model.flavor", "60M", monkeypatch=monkeypatch)
     for line in (
         "model.flavor                    checkpoint: 'debug'       this job: '60M'",
         "dim (from model.flavor)         checkpoint: 256           this job: 512",
@@ -159,16 +136,16 @@ def test_preflight_names_every_differing_field_and_lets_layout_changes_through(
     ):
         assert line in flavor, flavor
     assert "boost.linear" not in flavor  # only what differs
-    assert "checkpoint: 64            this job: 32" in _preflight(
+    assert "checkpoint: 64            this job: 32" in preflight_refusal(
         tmp_path, "--boost.rank", "32", monkeypatch=monkeypatch
     )
-    ungrouped = _preflight(tmp_path, "--boost.no-group-linears", monkeypatch=monkeypatch)
+    ungrouped = preflight_refusal(tmp_path, "--boost.no-group-linears", monkeypatch=monkeypatch)
     assert "boost.group_linears" in ungrouped and "checkpoint: True" in ungrouped
-    vocab = _preflight(tmp_path, "--boost.tokenizer_vocab_size", "1024", monkeypatch=monkeypatch)
+    vocab = preflight_refusal(tmp_path, "--boost.tokenizer_vocab_size", "1024", monkeypatch=monkeypatch)
     assert "vocab_size (the tokenizer)  checkpoint: 2048" in vocab and "this job: 1024" in vocab
     # same model: the norm's implementation and the parallel layout are not identity (nor is the LaX gate's
     # form, which the rule table refuses on this CoLA run: it has no gate to compute)
-    assert _preflight(tmp_path, "--boost.norm", "sync", monkeypatch=monkeypatch) is None
+    assert preflight_refusal(tmp_path, "--boost.norm", "sync", monkeypatch=monkeypatch) is None
     monkeypatch.setenv("WORLD_SIZE", "4")
     from torchtitan_ext.guards.checkpoint_guard import check_resume
     from torchtitan_ext.preflight import check_job
@@ -190,11 +167,11 @@ def test_preflight_names_every_differing_field_and_lets_layout_changes_through(
             4,
         )
     )
-    missing = _preflight(tmp_path, "--checkpoint.load_step", "7", monkeypatch=monkeypatch)
+    missing = preflight_refusal(tmp_path, "--checkpoint.load_step", "7", monkeypatch=monkeypatch)
     assert "checkpoint.load_step = 7: there is no checkpoint step-7" in missing
     assert "the steps saved there are [6, 8, 10]" in missing
     # a copied step folder carries its identity: a fresh run that starts from it is checked too
-    seeded = _preflight(
+    seeded = preflight_refusal(
         tmp_path,
         "--checkpoint.initial_load_path",
         str(tmp_path / "out" / "checkpoint" / "step-10"),
@@ -206,7 +183,7 @@ def test_preflight_names_every_differing_field_and_lets_layout_changes_through(
     assert "step-10 holds another model" in seeded and "checkpoint: 'cola'        this job: 'lax'" in seeded
     # a damaged record is not taken for "no record": refused, naming the file
     (tmp_path / "out" / "checkpoint" / "step-10" / "boost_model.json").write_text("{truncated")
-    damaged = _preflight(tmp_path, monkeypatch=monkeypatch)
+    damaged = preflight_refusal(tmp_path, monkeypatch=monkeypatch)
     assert "step-10/boost_model.json is not a BOOST model identity" in damaged and "delete it" in damaged
 
 
@@ -221,7 +198,7 @@ def test_a_lax_checkpoint_of_the_earlier_form_is_refused_with_what_to_do(trained
         record["model"]["linear"] = "lax"  # what the earlier BOOST recorded for a LaX run: kind, no form
         assert "lax_form" not in record["model"] and "lax_gate" not in record["model"]
         (step / "boost_model.json").write_text(json.dumps(record))
-    refused = _preflight(tmp_path, "--boost.linear", "lax", monkeypatch=monkeypatch)
+    refused = preflight_refusal(tmp_path, "--boost.linear", "lax", monkeypatch=monkeypatch)
     assert "the LaX form (BOOST's version)" in refused, refused
     assert "BOOST's earlier LaX" in refused and "start the new LaX in another folder" in refused, refused
     assert "boost.linear" not in refused  # the kind is the same: only the form differs
@@ -241,7 +218,7 @@ def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_war
     a, b = list(vocab)[300:302]
     vocab[a], vocab[b] = vocab[b], vocab[a]
     (swapped / "tokenizer.json").write_text(json.dumps(spec))
-    refused = _preflight(tmp_path, "--model.hf_assets_path", str(swapped), monkeypatch=monkeypatch)
+    refused = preflight_refusal(tmp_path, "--model.hf_assets_path", str(swapped), monkeypatch=monkeypatch)
     assert f"{folder / 'step-10'} holds another model" in refused, refused
     assert f"tokenizer (its files)  checkpoint: {tokenizer_fingerprint(_tokenizer_folder(tmp))!r}" in refused
     assert f"this job: {tokenizer_fingerprint(swapped)!r}" in refused
@@ -252,13 +229,15 @@ def test_another_tokenizer_of_the_same_size_is_refused_and_an_unrecorded_one_war
     # The same tokenizer from another folder (copied bytes) is the same tokenizer.
     same = tmp_path / "same_tokenizer"
     shutil.copytree(_tokenizer_folder(tmp), same)
-    assert _preflight(tmp_path, "--model.hf_assets_path", str(same), monkeypatch=monkeypatch) is None
+    assert preflight_refusal(tmp_path, "--model.hf_assets_path", str(same), monkeypatch=monkeypatch) is None
     # A checkpoint written before the fingerprint was recorded: accepted, with a warning naming the field.
     record_path = folder / "step-10" / "boost_model.json"
     record = json.loads(record_path.read_text())
     del record["model"]["tokenizer"]
     record_path.write_text(json.dumps(record))
-    assert _preflight(tmp_path, "--model.hf_assets_path", str(swapped), monkeypatch=monkeypatch) is None
+    assert (
+        preflight_refusal(tmp_path, "--model.hf_assets_path", str(swapped), monkeypatch=monkeypatch) is None
+    )
     from torchtitan_ext.preflight import check_job
 
     job = check_job(

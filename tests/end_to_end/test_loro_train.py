@@ -17,7 +17,7 @@ import shutil
 
 import pytest
 
-from tests.trainer import ROOT, losses, run_train, train
+from tests.trainer import ROOT, losses, preflight_refusal, run_train, train
 
 LORO = [
     "--boost.linear",
@@ -77,25 +77,6 @@ def test_loro_resumes_across_exact_steps_from_tp2_at_one_process(tmp_path):
         assert abs(loss - straight[step]) <= 1e-5 * straight[step], (step, loss, straight[step])
 
 
-def _resume_refusal(tmp_path, folder: str, *overrides: str, monkeypatch) -> str | None:
-    """``run_train.sh``'s preflight, in this process, of a resume of the run in ``tmp_path/folder``: the
-    refusal, or ``None`` where it would start."""
-    from torchtitan_ext.preflight import main
-
-    monkeypatch.setenv("NGPU", "1")
-    dump = [
-        "--job.dump_folder",
-        str(tmp_path / folder),
-        "--boost.cache_dir",
-        str(tmp_path.parent / "boost-cache"),
-    ]
-    try:
-        main(["--job.config_file", "train_configs/debug.toml", *dump, *overrides])
-    except SystemExit as e:
-        return str(e.code)
-    return None
-
-
 @pytest.mark.slow
 def test_a_resume_into_the_other_optimizer_is_refused_before_any_process(tmp_path, monkeypatch):
     """LORO's state (its factor groups) and torch's AdamW's do not load into each other: DCP stopped every
@@ -111,12 +92,14 @@ def test_a_resume_into_the_other_optimizer_is_refused_before_any_process(tmp_pat
         ("loro", "LORO", (*LORO, "--optimizer.name", "AdamW"), "AdamW"),
         ("adamw", "Adam/AdamW", LORO, "LORO"),
     ):
-        refused = _resume_refusal(tmp_path, folder, *job, monkeypatch=monkeypatch)
+        refused = preflight_refusal(tmp_path, *job, monkeypatch=monkeypatch, dump=tmp_path / folder)
         assert refused.startswith(
             f"BOOST checkpoint error: {tmp_path / folder / 'checkpoint' / 'step-2'} holds {saved}'s optimizer "
             f"state, and this job's optimizer.name = '{wanted}' keeps another"
         ), refused
-        assert _resume_refusal(tmp_path, folder, *job, *fresh, monkeypatch=monkeypatch) is None
+        assert (
+            preflight_refusal(tmp_path, *job, *fresh, monkeypatch=monkeypatch, dump=tmp_path / folder) is None
+        )
     # the same optimizer resumes
-    assert _resume_refusal(tmp_path, "loro", *LORO, monkeypatch=monkeypatch) is None
-    assert _resume_refusal(tmp_path, "adamw", *adamw_svd, monkeypatch=monkeypatch) is None
+    assert preflight_refusal(tmp_path, *LORO, monkeypatch=monkeypatch, dump=tmp_path / "loro") is None
+    assert preflight_refusal(tmp_path, *adamw_svd, monkeypatch=monkeypatch, dump=tmp_path / "adamw") is None
